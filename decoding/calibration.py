@@ -1,0 +1,65 @@
+"""Measuring forward-pass costs on the actual hardware, once at load time."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from decoding.kv_cache import crop_cache
+from decoding.policy import CostModel
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def measure_forward_ms(model: PreTrainedModel, n_tokens: list[int], context_tokens: int = 256,
+                       repeats: int = 3) -> list[float]:
+    """Median wall time (ms) of one forward over n new tokens after a cached context.
+
+    Args:
+        model: a causal LM.
+        n_tokens: the numbers of new tokens to time (e.g. 1..γ+1).
+        context_tokens: tokens already in the KV cache (a typical prompt length).
+        repeats: timed runs per size (after one warm-up run).
+
+    Returns:
+        One median per entry of ``n_tokens``, in milliseconds.
+    """
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    context = torch.randint(0, vocab, (1, context_tokens), generator=gen).to(device)
+    cache = DynamicCache()
+    model(input_ids=context, past_key_values=cache, use_cache=True)
+    out = []
+    for n in n_tokens:
+        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
+        times = []
+        for i in range(repeats + 1):
+            _sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            _sync(device)
+            if i:
+                times.append((time.perf_counter() - t0) * 1000)
+            crop_cache(cache, context_tokens)
+        out.append(statistics.median(times))
+    return out
+
+
+def calibrate(target: PreTrainedModel, draft: PreTrainedModel | None, max_tokens: int,
+              context_tokens: int = 256, repeats: int = 3) -> CostModel:
+    """Build the policy's :class:`CostModel`: target cost for 1..max_tokens tokens and
+    the draft model's single-step cost (ms)."""
+    verify = measure_forward_ms(target, list(range(1, max_tokens + 1)), context_tokens, repeats)
+    # Costs can only grow with more tokens; smooth timing noise so the policy sees a monotone table.
+    for i in range(1, len(verify)):
+        verify[i] = max(verify[i], verify[i - 1])
+    step = measure_forward_ms(draft, [1], context_tokens, repeats)[0] if draft is not None else None
+    return CostModel(tuple(verify), step)

@@ -1,0 +1,55 @@
+"""Per-request generation settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What to generate and how to stop.
+
+    Attributes:
+        max_new_tokens: hard budget of generated tokens (EOS included); 0 returns nothing.
+        temperature: 0 selects greedy decoding (the exactness contract); > 0 samples.
+        top_k: keep the k most likely tokens when sampling (0 = off).
+        top_p: nucleus sampling mass (1.0 = off).
+        seed: seed of the sampling generator (``None`` = nondeterministic).
+        stop_strings: generation ends at the token that completes any of them;
+            the returned text ends just before the stop string.
+        eos_token_ids: token ids that end generation (included in the ids, not in
+            the text). ``None`` uses the model's; an empty tuple disables EOS.
+        drafting: ``"auto"`` (the cost-aware policy), ``"ngram"``, ``"draft_model"``
+            or ``"off"`` (plain one-token-per-pass decoding in our loop).
+        num_speculative_tokens: γ ceiling per round; the policy may choose fewer.
+    """
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    eos_token_ids: tuple[int, ...] | None = None
+    drafting: str = "auto"
+    num_speculative_tokens: int = 8
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.drafting not in ("auto", "ngram", "draft_model", "off"):
+            raise ValueError(f"drafting must be auto|ngram|draft_model|off, got {self.drafting!r}")
+        if self.num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
+        if any(not s for s in self.stop_strings):
+            raise ValueError("stop strings must be non-empty")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0

@@ -1,0 +1,141 @@
+"""Draft-model drafter: a small causal LM of the target's family proposes tokens.
+
+It keeps its own KV cache in step with the committed sequence: before drafting it
+rolls back to the longest prefix it shares with what was committed (its own rejected
+proposals go) and feeds the committed tokens it has not seen in one forward (catching
+up after rounds the n-gram drafter drafted). It stops early when its top probability
+falls below ``min_confidence``. When the draft model has the target's KV layout (a
+draft derived from the target), it starts from the target's prompt KV cache instead of
+prefilling the prompt itself.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from decoding.drafter import Draft
+from decoding.kv_cache import crop_cache
+from decoding.models import LoadedModel
+from decoding.sampling import SamplingParams, sample
+
+
+class VocabularyMismatchError(ValueError):
+    """The draft model's tokenizer/vocabulary differs from the target's."""
+
+
+def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
+    """Raise :class:`VocabularyMismatchError` (naming both models) unless the draft's
+    vocabulary equals the target's token for token."""
+    tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if tv != dv:
+        only_t = len(set(tv.items()) - set(dv.items()))
+        raise VocabularyMismatchError(
+            f"draft model {draft.name!r} does not share the vocabulary of target model {target.name!r} "
+            f"({len(dv)} vs {len(tv)} tokens, {only_t} target entries differ)"
+        )
+
+
+def _same_kv_layout(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    keys = ("num_hidden_layers", "num_key_value_heads", "hidden_size", "num_attention_heads", "head_dim")
+    return all(getattr(a.config, k, None) == getattr(b.config, k, None) for k in keys)
+
+
+class DraftModelDrafter:
+    """Proposes up to γ tokens with a small causal LM.
+
+    Args:
+        draft: the loaded draft model (vocabulary already checked).
+        min_confidence: stop drafting when the draft's top probability drops below this.
+        share_target_prefill: start from the target's prompt KV cache (only for drafts
+            with the target's KV layout; ``None`` = decide from the configs).
+    """
+
+    name = "draft_model"
+
+    def __init__(self, draft: LoadedModel, target: LoadedModel, min_confidence: float = 0.2,
+                 share_target_prefill: bool | None = None) -> None:
+        self.draft = draft
+        self.model = draft.model
+        self.min_confidence = min_confidence
+        same = _same_kv_layout(draft.model, target.model) and draft.dtype == target.dtype
+        self.share_target_prefill = same if share_target_prefill is None else share_target_prefill
+        self._cache: DynamicCache | None = None
+        self._cached: list[int] = []
+        self._committed: list[int] = []
+        self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._sampling: SamplingParams | None = None
+
+    def begin(self, prompt_ids: Sequence[int], contexts: Sequence[Sequence[int]], target_cache: object,
+              sampling: SamplingParams | None = None) -> None:
+        """Reset per request; remember (by reference, no copy) the target's prompt KV."""
+        self._cache, self._cached = None, []
+        self._committed = list(prompt_ids)
+        self._sampling = sampling
+        self._prefix_kv = None
+        if self.share_target_prefill and isinstance(target_cache, DynamicCache):
+            # DynamicCache updates concatenate into new tensors and crops slice, so these
+            # references stay a snapshot of the prompt KV without a copy.
+            self._prefix_kv = [(layer.keys, layer.values) for layer in target_cache.layers]
+
+    def observe(self, new_tokens: Sequence[int]) -> None:
+        self._committed.extend(int(t) for t in new_tokens)
+
+    def _start_cache(self) -> None:
+        self._cache = DynamicCache()
+        if self._prefix_kv is not None:
+            for i, (k, v) in enumerate(self._prefix_kv):
+                self._cache.update(k, v, i)
+            self._cached = self._committed[: self._prefix_kv[0][0].shape[-2]]
+            self._prefix_kv = None
+        else:
+            self._cached = []
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        x = torch.tensor([ids], device=self.draft.device)
+        return self.model(input_ids=x, past_key_values=self._cache, use_cache=True).logits[0, -1]
+
+    @torch.inference_mode()
+    def propose(self, committed: Sequence[int] | None = None, max_tokens: int = 8) -> Draft:
+        """Draft up to ``max_tokens`` tokens after the committed sequence.
+
+        Returns:
+            A :class:`Draft`; ``probs`` is q as ``(len(tokens), vocab)`` float32 when
+            sampling, else ``None`` (greedy drafting).
+        """
+        if max_tokens <= 0:
+            return Draft([])
+        if self._cache is None:
+            self._start_cache()
+        lcp = 0
+        for a, b in zip(self._cached, self._committed):
+            if a != b:
+                break
+            lcp += 1
+        lcp = min(lcp, len(self._committed) - 1)  # always feed at least the last token
+        crop_cache(self._cache, lcp)
+        logits = self._forward(self._committed[lcp:])
+        tokens: list[int] = []
+        fed: list[int] = []  # drafted tokens whose KV is now in the draft cache
+        rows: list[torch.Tensor] = []
+        for i in range(max_tokens):
+            if self._sampling is None:
+                probs = torch.softmax(logits.float(), dim=-1)
+                top_p, top_id = probs.max(dim=-1)
+                x = int(top_id)
+            else:
+                probs = self._sampling.probs(logits)
+                top_p = probs.max()
+                x = sample(probs, self._sampling.generator)
+            if float(top_p) < self.min_confidence:
+                break
+            tokens.append(x)
+            rows.append(probs)
+            if i + 1 < max_tokens:
+                logits = self._forward([x])
+                fed.append(x)
+        self._cached = self._committed + fed
+        q = torch.stack(rows) if (rows and self._sampling is not None) else None
+        return Draft(tokens, q)

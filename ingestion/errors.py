@@ -1,0 +1,31 @@
+"""Exceptions raised by ingestion. Loader errors become a per-file ``failed`` status."""
+
+from __future__ import annotations
+
+
+class IngestError(Exception):
+    """Base class for every ingestion error."""
+
+
+class LoaderError(IngestError):
+    """A source file cannot be turned into documents; the message is the report reason."""
+
+
+class BinaryFileError(LoaderError):
+    """The file is binary (or in no text encoding we can detect) and is not ingested."""
+
+
+class UnsupportedFormatError(LoaderError):
+    """The file's format was recognised as one we do not ingest (e.g. an unknown JSON shape)."""
+
+
+class ParseError(LoaderError):
+    """The file looks like a supported format but is malformed (truncated JSON, bad CSV ...)."""
+
+
+class StoreError(IngestError):
+    """The chunk store is unusable (unreachable server, model mismatch, locked)."""
+
+
+class StoreLockedError(StoreError):
+    """Another ingest run holds the store's ingest lock."""

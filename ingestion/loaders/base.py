@@ -1,0 +1,133 @@
+"""Shared loader pieces: configuration, the document builder, metadata helpers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingestion.documents import Document, Metadata, make_doc_id
+from ingestion.timeparse import get_tz
+
+log = logging.getLogger(__name__)
+
+#: Default CSV ticket columns: logical field -> column header in the export.
+DEFAULT_CSV_COLUMNS: dict[str, str] = {
+    "ticket_id": "ticket_id",
+    "site": "site",
+    "subject": "subject",
+    "status": "status",
+    "opened": "opened",
+    "updated": "updated",
+    "description": "description",
+}
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """Options for the loaders.
+
+    Attributes:
+        csv_columns: logical field -> CSV column header. Logical fields: ``ticket_id``
+            (required), ``site``, ``subject``, ``status``, ``opened``, ``updated``,
+            ``description``, optionally ``author``, ``labels``. Unmapped columns are kept
+            as metadata.
+        default_timezone: IANA zone for naive timestamps (shift logs, CSV exports).
+        shift_starts: shift start times ``HH:MM`` and names, used to group shift-log
+            lines when the file has no ``=== Shift ... ===`` header lines.
+    """
+
+    csv_columns: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CSV_COLUMNS))
+    default_timezone: str = "UTC"
+    shift_starts: tuple[tuple[str, str], ...] = (("06:00", "morning"), ("14:00", "afternoon"), ("22:00", "night"))
+
+    @property
+    def tz(self) -> dt.tzinfo:
+        """The tzinfo for :attr:`default_timezone`."""
+        return get_tz(self.default_timezone)
+
+    def signature(self) -> str:
+        """Short hash of the settings; a change re-parses every file."""
+        payload = json.dumps(
+            {"csv": sorted(self.csv_columns.items()), "tz": self.default_timezone, "shifts": self.shift_starts},
+            sort_keys=True,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def clean_str(value: Any) -> str | None:
+    """Strip a value to a string; empty/None -> None."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def as_str_list(value: Any) -> list[str]:
+    """Normalise a list-ish value (list, tuple, comma/semicolon string) to a list of non-empty strings."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, set)):
+        items = [clean_str(v if not isinstance(v, dict) else v.get("name") or json.dumps(v, sort_keys=True))
+                 for v in value]
+    else:
+        text = str(value)
+        sep = ";" if ";" in text else ","
+        items = [clean_str(part) for part in text.split(sep)]
+    return [item for item in items if item]
+
+
+def scalar_metadata(value: Any) -> Any:
+    """Coerce an arbitrary JSON/YAML value into a metadata value (scalar, list[str] or None)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple, set)):
+        return as_str_list(value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+class DocumentBuilder:
+    """Creates the documents of one source file, keeping keys exactly as written.
+
+    A key that occurs twice in one file (a duplicated export row, two shifts with the
+    same name) gets ``~2``, ``~3`` ... appended to the later occurrences, with a warning,
+    so no entry is silently lost.
+    """
+
+    def __init__(self, source: str, doc_type: str, *, encoding: str | None = None) -> None:
+        self.source = source
+        self.doc_type = doc_type
+        self.encoding = encoding
+        self.documents: list[Document] = []
+        self.warnings: list[str] = []
+        self._seen: dict[str, int] = {}
+
+    def add(self, key: str, text: str, metadata: Metadata, *, doc_type: str | None = None) -> Document:
+        """Append a document with ``key`` (as written), body ``text`` and ``metadata``."""
+        key = str(key)
+        count = self._seen.get(key, 0) + 1
+        self._seen[key] = count
+        final_key = key if count == 1 else f"{key}~{count}"
+        if count > 1:
+            msg = f"duplicate key {key!r} in {self.source}; stored as {final_key!r}"
+            log.warning(msg)
+            self.warnings.append(msg)
+        meta: Metadata = {
+            "source": self.source,
+            "doc_type": doc_type or self.doc_type,
+            "key": final_key,
+        }
+        for name, value in metadata.items():
+            if name in ("source", "doc_type", "key"):
+                name = f"record_{name}"
+            meta[name] = value
+        if self.encoding and self.encoding not in ("utf_8", "ascii"):
+            meta["encoding"] = self.encoding
+        doc = Document(doc_id=make_doc_id(self.source, final_key), text=text, metadata=meta)
+        self.documents.append(doc)
+        return doc
