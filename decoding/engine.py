@@ -172,7 +172,7 @@ class SpeculativeEngine:
                 if d is not None:
                     d.observe(committed)
             policy = DrafterPolicy(self.costs, self.policy_config)
-            yield StreamEvent(detok.push(stop.output), committed)
+            yield StreamEvent(detok.push(stop.output) if stop.finish_reason != "stop" else "", committed)
             while stop.finish_reason is None:
                 if cancel is not None and cancel():
                     stop.finish_reason = "cancelled"
@@ -196,7 +196,7 @@ class SpeculativeEngine:
                     if d is not None:
                         d.observe(committed)
                 stats.overhead_ms += (time.perf_counter() - t_obs) * 1000
-                yield StreamEvent(detok.push(stop.output), committed)
+                yield StreamEvent(detok.push(stop.output) if stop.finish_reason != "stop" else "", committed)
             stats.decode_ms = (time.perf_counter() - t_decode) * 1000
         stats.total_ms = (time.perf_counter() - t0) * 1000
         stats.new_tokens = len(stop.output)

@@ -1,0 +1,1 @@
+"""OpsCopilot: retrieval, prompting, the service object, the web API and the CLI."""

@@ -1,0 +1,137 @@
+"""The ``copilot`` command line: ingest, ask, serve, documents, config, eval."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from copilot.config import Settings
+
+app = typer.Typer(help="OpsCopilot: answers over operations logbooks and tickets, with citations.",
+                  no_args_is_help=True, pretty_exceptions_show_locals=False)
+documents_app = typer.Typer(help="List or delete stored documents.", no_args_is_help=True)
+app.add_typer(documents_app, name="documents")
+console = Console()
+err = Console(stderr=True)
+
+
+def _settings() -> Settings:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return Settings()
+
+
+def _store(settings: Settings):
+    from ingestion.embedding import Embedder
+    from ingestion.store import ChunkStore
+
+    return ChunkStore(settings.data_dir, chroma_url=settings.chroma_url, collection=settings.collection,
+                      embedder=Embedder(settings.embedding_model))
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logging")) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ingest"),
+           prune: bool = typer.Option(False, help="delete documents whose source file is gone"),
+           report: Optional[Path] = typer.Option(None, help="write the per-file report as JSON here")) -> None:
+    """Ingest logbooks and ticket exports (idempotent: unchanged documents are skipped)."""
+    from ingestion.pipeline import ingest_paths
+
+    settings = _settings()
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        err.print(f"[red]no such file or folder: {', '.join(missing)}[/red]")
+        raise typer.Exit(2)
+    result = ingest_paths(list(paths), _store(settings), prune=prune)
+    data = result.to_dict()
+    if report:
+        report.write_text(json.dumps(data, indent=2))
+    console.print_json(json.dumps(data.get("counts", {})))
+    if data.get("counts", {}).get("failed"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def ask(question: str = typer.Argument(..., help="the question"),
+        top_k: Optional[int] = typer.Option(None, help="passages to retrieve"),
+        max_new_tokens: Optional[int] = typer.Option(None, help="answer budget in tokens"),
+        show_stats: bool = typer.Option(False, "--stats", help="print decoding statistics")) -> None:
+    """Answer a question, streaming to the terminal, then list the sources."""
+    from copilot.prompting import PromptTooLongError
+    from copilot.service import CopilotService
+
+    settings = _settings()
+    service = CopilotService.from_settings(settings)
+    try:
+        prepared = service.prepare(question, top_k=top_k, config=service.generation_config(max_new_tokens))
+    except (ValueError, PromptTooLongError) as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    result = None
+    for event in service.stream(prepared):
+        console.print(event.delta, end="", soft_wrap=True, highlight=False, markup=False)
+        result = event.result or result
+    console.print()
+    for p in prepared.prompt.passages:
+        console.print(f"[bold][{p.n}][/bold] {p.chunk.doc_id}  [dim]{p.title}[/dim]", highlight=False)
+    if show_stats and result is not None:
+        console.print_json(json.dumps(result.stats.to_dict()))
+
+
+@app.command()
+def serve(host: Optional[str] = typer.Option(None, help="bind address (default from settings)"),
+          port: Optional[int] = typer.Option(None, help="port (default from settings)"),
+          ingest_if_empty: Optional[Path] = typer.Option(None, help="ingest this folder first if the store is empty")) -> None:
+    """Serve the web API with uvicorn."""
+    import uvicorn
+
+    from copilot.app import create_app
+
+    settings = _settings()
+    if ingest_if_empty is not None:
+        store = _store(settings)
+        if store.count_chunks() == 0:
+            from ingestion.pipeline import ingest_paths
+
+            console.print(f"store is empty: ingesting {ingest_if_empty}")
+            ingest_paths([ingest_if_empty], store)
+    host, port = host or settings.host, port or settings.port
+    example = (f"curl -s {host}:{port}/v1/ask -H 'content-type: application/json' "
+               "-d '{\"question\": \"How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?\"}'")
+    console.print(f"OpsCopilot on http://{host}:{port} (docs: /docs). Try:\n  {example}", highlight=False)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+@documents_app.command("list")
+def documents_list(offset: int = typer.Option(0, min=0), limit: int = typer.Option(50, min=1, max=1000)) -> None:
+    """List stored documents (paged)."""
+    rows, total = _store(_settings()).list_documents(offset, limit)
+    for row in rows:
+        console.print(f"{row['doc_id']}\t{row.get('doc_type', '')}\t{row.get('n_chunks', '')}\t{row.get('title') or ''}",
+                      highlight=False, markup=False)
+    err.print(f"{len(rows)} of {total} documents (offset {offset})")
+
+
+@documents_app.command("delete")
+def documents_delete(doc_id: str = typer.Argument(..., help="document id as listed")) -> None:
+    """Delete one document and all its chunks."""
+    if not _store(_settings()).delete_document(doc_id):
+        err.print(f"[red]no document with id {doc_id!r}[/red]")
+        raise typer.Exit(1)
+    console.print(f"deleted {doc_id}", highlight=False, markup=False)
+
+
+@app.command("config")
+def show_config() -> None:
+    """Print the effective settings (secrets masked)."""
+    console.print_json(json.dumps(_settings().masked()))

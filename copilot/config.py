@@ -1,0 +1,97 @@
+"""Settings: every default overridable by ``COPILOT_*`` environment variables or a config file.
+
+Precedence (highest first): constructor arguments, environment variables, a ``.env``
+file, the TOML/YAML file named by ``COPILOT_CONFIG_FILE``, the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
+                               TomlConfigSettingsSource, YamlConfigSettingsSource)
+
+from decoding.models import EMBEDDED_TARGET_ID
+
+
+class Settings(BaseSettings):
+    """OpsCopilot configuration (env prefix ``COPILOT_``, e.g. ``COPILOT_TOP_K=8``)."""
+
+    model_config = SettingsConfigDict(env_prefix="COPILOT_", env_file=".env", extra="ignore")
+
+    # storage
+    data_dir: Path = Field(Path(".opscopilot"), description="chroma store, lexical index, model cache")
+    chroma_url: str | None = Field(None, description="Chroma server URL (http://host:port); embedded store if unset")
+    collection: str = "opscopilot"
+    embedding_model: str | None = Field(None, description="HF id or path; default: embedded all-MiniLM-L6-v2")
+
+    # models and decoding
+    target_model: str = Field(EMBEDDED_TARGET_ID, description="HF id or local path of the target model")
+    draft_model: str | None = Field(None, description="HF id, local path, derived:int8, derived:layers:N, or unset")
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    dtype: str = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+    drafting: Literal["auto", "ngram", "draft_model", "off"] = "auto"
+    num_speculative_tokens: int = Field(8, ge=1, le=32)
+    max_ngram: int = Field(4, ge=1, le=16)
+    min_ngram: int = Field(2, ge=1, le=16)
+    torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's)")
+
+    # retrieval and prompting
+    top_k: int = Field(5, ge=1, le=100)
+    max_new_tokens: int = Field(256, ge=0)
+    max_new_tokens_cap: int = Field(1024, ge=1, description="requests asking for more get 422")
+    max_prompt_tokens: int = Field(2048, ge=256, description="prompt budget (passages + history + question)")
+    max_question_chars: int = Field(4000, ge=1)
+
+    # web API
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: list[SecretStr] = Field(default_factory=list, description="Bearer keys; empty = no auth")
+    require_key_for_ask: bool = False
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="JSON request body limit")
+    max_upload_bytes: int = Field(50_000_000, ge=1024, description="multipart ingest upload limit")
+    ingest_root: Path | None = Field(None, description="server-side ingest paths must lie under it")
+    queue_size: int = Field(8, ge=1, description="requests waiting for the generation worker")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [k.strip() for k in v.split(",") if k.strip()]
+        return v
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, dotenv_settings]
+        config_file = os.environ.get("COPILOT_CONFIG_FILE")
+        if config_file:
+            path = Path(config_file)
+            if not path.is_file():
+                raise FileNotFoundError(f"COPILOT_CONFIG_FILE={config_file} does not exist")
+            if path.suffix in (".yaml", ".yml"):
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            else:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @property
+    def model_cache_dir(self) -> Path:
+        return self.data_dir / "models"
+
+    def masked(self) -> dict:
+        """Effective settings as JSON-able values, secrets masked."""
+        out = self.model_dump(mode="json")
+        out["api_keys"] = ["***" for _ in self.api_keys]
+        return out
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings (read once)."""
+    return Settings()

@@ -1,0 +1,35 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from copilot.dependencies import get_service
+from copilot.schemas import HealthResponse, ReadyResponse
+from copilot.service import CopilotService
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=HealthResponse)
+async def healthz() -> HealthResponse:
+    """The process is up."""
+    return HealthResponse(status="ok")
+
+
+@router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
+async def readyz(service: CopilotService = Depends(get_service)):
+    """Model loaded and store reachable (503 otherwise)."""
+    model_loaded = service.engine is not None
+    try:
+        chunks = await asyncio.to_thread(service.store.count_chunks)
+        reachable, detail = True, None
+    except Exception as exc:  # any store failure means not ready
+        chunks, reachable, detail = None, False, f"store unreachable: {exc}"
+    ready = model_loaded and reachable
+    body = ReadyResponse(status="ready" if ready else "not ready", model_loaded=model_loaded,
+                         store_reachable=reachable, chunks=chunks, detail=detail)
+    return body if ready else JSONResponse(body.model_dump(), status_code=503)

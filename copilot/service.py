@@ -1,0 +1,155 @@
+"""The copilot service: retrieval → prompt → speculative decoding → answer with citations."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from copilot.config import Settings
+from copilot.prompting import NO_CONTEXT_ANSWER, BuiltPrompt, ChatTurn, build_prompt
+from copilot.retrieval import HybridRetriever, Passage
+from decoding import GenerationConfig, SpeculativeEngine
+from decoding.derived_draft import DERIVED_PREFIX, derive_draft
+from decoding.engine import StreamEvent
+from decoding.models import LoadedModel, load_model
+from ingestion.documents import SearchFilter
+from ingestion.store import ChunkStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Prepared:
+    """A question ready to decode: its prompt, passages and generation settings."""
+
+    question: str
+    prompt: BuiltPrompt
+    config: GenerationConfig
+    retrieval_ms: float
+
+
+@dataclass
+class Answer:
+    """A finished answer: ``text`` cites ``passages`` as [n]; ``stats`` from the engine."""
+
+    text: str
+    passages: list[Passage]
+    stats: dict = field(default_factory=dict)
+    finish_reason: str = "stop"
+
+
+def load_draft(settings: Settings, target: LoadedModel) -> LoadedModel | None:
+    """The configured draft model: none, one derived from the target, or any HF id/path."""
+    if not settings.draft_model:
+        return None
+    if settings.draft_model.startswith(DERIVED_PREFIX):
+        return derive_draft(target, settings.draft_model)
+    return load_model(settings.draft_model, device=settings.device, dtype=settings.dtype,
+                      cache_dir=settings.model_cache_dir)
+
+
+class CopilotService:
+    """Owns the store, the retriever and the engine.
+
+    Args:
+        settings: the effective settings.
+        store: an open chunk store.
+        engine: the decoding engine (``None`` = retrieval only; asking raises).
+    """
+
+    def __init__(self, settings: Settings, store: ChunkStore, engine: SpeculativeEngine | None) -> None:
+        self.settings = settings
+        self.store = store
+        self.retriever = HybridRetriever(store)
+        self.engine = engine
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, load_models: bool = True) -> "CopilotService":
+        """Open the store and load the target (and draft) model as configured."""
+        if settings.torch_threads:
+            torch.set_num_threads(settings.torch_threads)
+        store = ChunkStore(settings.data_dir, chroma_url=settings.chroma_url, collection=settings.collection,
+                           embedder=_embedder(settings))
+        engine = None
+        if load_models:
+            target = load_model(settings.target_model, device=settings.device, dtype=settings.dtype,
+                                cache_dir=settings.model_cache_dir)
+            engine = SpeculativeEngine(target, load_draft(settings, target), max_ngram=settings.max_ngram,
+                                       min_ngram=settings.min_ngram,
+                                       max_speculative_tokens=settings.num_speculative_tokens)
+        return cls(settings, store, engine)
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.target_model
+
+    def generation_config(self, max_new_tokens: int | None = None, **overrides) -> GenerationConfig:
+        """Defaults from the settings; ``max_new_tokens`` above the cap raises ValueError."""
+        n = self.settings.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if n > self.settings.max_new_tokens_cap:
+            raise ValueError(f"max_new_tokens={n} exceeds the configured cap {self.settings.max_new_tokens_cap}")
+        overrides.setdefault("drafting", self.settings.drafting)
+        overrides.setdefault("num_speculative_tokens", self.settings.num_speculative_tokens)
+        return GenerationConfig(max_new_tokens=n, **overrides)
+
+    def prepare(self, question: str, *, top_k: int | None = None, flt: SearchFilter | None = None,
+                history: list[ChatTurn] | None = None, config: GenerationConfig | None = None) -> Prepared:
+        """Retrieve and build the prompt.
+
+        Raises:
+            ValueError: empty question or one longer than ``max_question_chars``.
+            PromptTooLongError: the question does not fit the prompt budget.
+            RuntimeError: no model is loaded.
+        """
+        if self.engine is None:
+            raise RuntimeError("no target model is loaded")
+        question = question.strip()
+        if not question:
+            raise ValueError("the question is empty")
+        if len(question) > self.settings.max_question_chars:
+            raise ValueError(f"the question has {len(question)} characters; the limit is "
+                             f"{self.settings.max_question_chars}")
+        config = config or self.generation_config()
+        t0 = time.perf_counter()
+        passages = self.retriever.retrieve(question, top_k or self.settings.top_k, flt)
+        retrieval_ms = (time.perf_counter() - t0) * 1000
+        target = self.engine.target
+        budget = min(self.settings.max_prompt_tokens, target.max_positions - config.max_new_tokens)
+        prompt = build_prompt(target.tokenizer, question, passages, budget, history)
+        return Prepared(question, prompt, config, retrieval_ms)
+
+    def stream(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Iterator[StreamEvent]:
+        """Decode a prepared question; the last event's ``result`` has the stats.
+
+        With no passages (empty store or nothing matched) a fixed no-context answer is
+        streamed without running the model.
+        """
+        if not prepared.prompt.passages:
+            yield StreamEvent(NO_CONTEXT_ANSWER)
+            return
+        yield from self.engine.stream(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids, cancel)
+
+    def answer(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Answer:
+        """Decode to completion (see :meth:`stream`)."""
+        text, stats, reason = "", {}, "stop"
+        for event in self.stream(prepared, cancel):
+            text += event.delta
+            if event.result is not None:
+                stats = event.result.stats.to_dict()
+                reason = event.result.finish_reason
+        stats["retrieval_ms"] = round(prepared.retrieval_ms, 2)
+        return Answer(text, prepared.prompt.passages, stats, reason)
+
+    def ask(self, question: str, **kwargs) -> Answer:
+        """Retrieve, prompt and decode in one call (keyword arguments as :meth:`prepare`)."""
+        return self.answer(self.prepare(question, **kwargs))
+
+
+def _embedder(settings: Settings):
+    from ingestion.embedding import Embedder
+
+    return Embedder(settings.embedding_model)

@@ -1,0 +1,74 @@
+"""Draft models derived from the target when no smaller same-family model is available.
+
+Two derivations, both with the target's tokenizer (so the vocabulary check passes):
+
+- ``derived:layers:N`` — the target's first N decoder layers + final norm + LM head,
+  sharing the target's weights (no copy): self-speculative decoding, Zhang et al. 2023
+  (arXiv:2309.08168), without its layer search. Its KV layout differs from the target's,
+  so it prefills the prompt itself.
+- ``derived:int8`` — a copy with int8 weight-only linears (torchao
+  ``Int8WeightOnlyConfig``); same KV layout as the target, so it starts from the
+  target's prompt KV cache.
+
+Measured on the 2-core CPU (see the closing notes / ``copilot eval latency``): neither is
+cheaper enough than the fp32 SmolLM2-135M target to pay, so the default is no draft
+model and the policy decodes plainly when the n-gram drafter has nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from decoding.models import LoadedModel
+
+DERIVED_PREFIX = "derived:"
+
+
+def derive_draft(target: LoadedModel, spec: str) -> LoadedModel:
+    """Build the draft named by ``spec`` (``derived:int8`` or ``derived:layers:N``).
+
+    Raises:
+        ValueError: an unknown spec, or N outside 1..num_hidden_layers.
+        ImportError: ``derived:int8`` without torchao installed.
+    """
+    kind = spec.removeprefix(DERIVED_PREFIX)
+    if kind == "int8":
+        return _int8_copy(target)
+    if kind.startswith("layers:"):
+        try:
+            n = int(kind.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"bad draft spec {spec!r}: expected derived:layers:N with an integer N") from None
+        return _first_layers(target, n)
+    raise ValueError(f"unknown derived draft {spec!r}: use derived:int8 or derived:layers:N")
+
+
+def _first_layers(target: LoadedModel, n: int) -> LoadedModel:
+    total = target.model.config.num_hidden_layers
+    if not 1 <= n <= total:
+        raise ValueError(f"derived:layers:{n}: N must be in 1..{total}")
+    config = copy.deepcopy(target.model.config)
+    config.num_hidden_layers = n
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = config.layer_types[:n]
+    with torch.device("meta"):
+        draft = AutoModelForCausalLM.from_config(config, dtype=target.dtype)
+    # Share the target's modules: no weight copy.
+    draft.model.embed_tokens = target.model.model.embed_tokens
+    draft.model.layers = torch.nn.ModuleList(target.model.model.layers[:n])
+    draft.model.norm = target.model.model.norm
+    draft.model.rotary_emb = target.model.model.rotary_emb
+    draft.lm_head = target.model.lm_head
+    draft.generation_config = target.model.generation_config
+    return LoadedModel(draft.eval(), target.tokenizer, f"{target.name} (first {n} layers)")
+
+
+def _int8_copy(target: LoadedModel) -> LoadedModel:
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    draft = copy.deepcopy(target.model)
+    quantize_(draft, Int8WeightOnlyConfig(), filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear))
+    return LoadedModel(draft.eval(), target.tokenizer, f"{target.name} (int8 weight-only)")

