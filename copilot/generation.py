@@ -22,7 +22,7 @@ async def prepare(service: CopilotService, question: str, **kwargs: Any) -> Prep
     except PromptTooLongError as exc:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, str(exc)) from exc
     except ValueError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
 
 
 def submit(worker: GenerationWorker, service: CopilotService, prepared: Prepared) -> Job:

@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1
-exec .venv/bin/copilot serve --host "${COPILOT_HOST:-127.0.0.1}" --port "${COPILOT_PORT:-8000}" --ingest-if-empty evals/data
+exec .venv/bin/copilot serve --host "${COPILOT_HOST:-127.0.0.1}" --port "${COPILOT_PORT:-8000}" --ingest-if-empty evals/data/corpus

@@ -32,7 +32,7 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
         config = service.generation_config(body.max_new_tokens, temperature=body.temperature, top_p=body.top_p,
                                            seed=body.seed)
     except ValueError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     prepared = await generation.prepare(
         service, body.question, top_k=body.top_k, config=config,
         flt=body.filters.to_search_filter() if body.filters else None,
