@@ -131,3 +131,13 @@ class DocumentBuilder:
         doc = Document(doc_id=make_doc_id(self.source, final_key), text=text, metadata=meta)
         self.documents.append(doc)
         return doc
+
+
+@dataclass
+class LoadResult:
+    """What a loader returns: the documents of one file, its format name and warnings."""
+
+    documents: list[Document]
+    format: str
+    encoding: str | None = None
+    warnings: list[str] = field(default_factory=list)

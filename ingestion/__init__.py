@@ -1,0 +1,11 @@
+"""Ingestion: logbooks and tickets in, chunks with stable ids and metadata out, stored idempotently.
+
+Public entry points: :func:`ingestion.loaders.load_file`, :class:`ingestion.store.ChunkStore`,
+:class:`ingestion.embedding.Embedder`, :func:`ingestion.pipeline.ingest_paths` and
+:func:`ingestion.pipeline.run_cli_ingest`. Heavy dependencies (torch, chromadb) are
+imported only by the modules that need them.
+"""
+
+from ingestion.documents import Chunk, Document, ScoredChunk, SearchFilter
+
+__all__ = ["Chunk", "Document", "ScoredChunk", "SearchFilter"]

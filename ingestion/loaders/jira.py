@@ -1,0 +1,129 @@
+"""Jira REST search results (``/rest/api/2|3/search`` JSON): one document per issue.
+
+Reads ``issues[].key`` and ``fields.summary/description/status/priority/labels/assignee/
+reporter/resolution/created/updated/components/issuetype`` and ``fields.comment.comments[]``
+(author, created, body). Null fields are normal and simply absent from the text.
+Descriptions and comment bodies may be plain strings (API v2) or Atlassian Document
+Format trees (API v3); the latter are flattened to text. A bare list of issues is
+accepted too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ingestion.errors import ParseError
+from ingestion.loaders.base import DocumentBuilder, LoaderConfig, LoadResult, as_str_list, clean_str
+from ingestion.timeparse import time_fields
+
+_BLOCK_NODES = {"paragraph", "heading", "codeBlock", "blockquote", "listItem", "tableRow", "rule", "panel"}
+
+
+def is_jira(data: Any) -> bool:
+    """True for a Jira search result (dict with an ``issues`` list) or a list of issues."""
+    issues = data.get("issues") if isinstance(data, dict) else data
+    return isinstance(issues, list) and (
+        not issues and isinstance(data, dict)
+        or any(isinstance(i, dict) and "key" in i and "fields" in i for i in issues[:20])
+    )
+
+
+def adf_to_text(node: Any) -> str:
+    """Flatten an Atlassian Document Format node (or a plain string) to text."""
+    if node is None:
+        return ""
+    if isinstance(node, str):
+        return node
+    if isinstance(node, list):
+        return "".join(adf_to_text(n) for n in node)
+    if not isinstance(node, dict):
+        return str(node)
+    kind = node.get("type")
+    if kind == "text":
+        return str(node.get("text", ""))
+    if kind == "hardBreak":
+        return "\n"
+    if kind in ("mention", "emoji", "status", "date"):
+        attrs = node.get("attrs") or {}
+        return str(attrs.get("text") or attrs.get("shortName") or attrs.get("timestamp") or "")
+    if kind == "inlineCard":
+        return str((node.get("attrs") or {}).get("url", ""))
+    inner = adf_to_text(node.get("content") or [])
+    if kind == "listItem":
+        return "- " + inner.strip() + "\n"
+    if kind in _BLOCK_NODES:
+        return inner.rstrip("\n") + "\n"
+    return inner
+
+
+def _name(value: Any) -> str | None:
+    """``{"name": ...}`` / ``{"displayName": ...}`` / plain value -> string."""
+    if isinstance(value, dict):
+        return clean_str(value.get("displayName") or value.get("name") or value.get("value") or value.get("key"))
+    return clean_str(value)
+
+
+def load_data(data: Any, source: str, config: LoaderConfig, *, encoding: str | None = None) -> LoadResult:
+    """Build documents from already-parsed Jira JSON.
+
+    Raises:
+        ParseError: an issue without ``key`` or with non-object ``fields``.
+    """
+    issues = data.get("issues") if isinstance(data, dict) else data
+    if not isinstance(issues, list):
+        raise ParseError("Jira JSON without an 'issues' list")
+    builder = DocumentBuilder(source, "jira", encoding=encoding)
+    for position, issue in enumerate(issues):
+        if not isinstance(issue, dict) or not clean_str(issue.get("key")):
+            raise ParseError(f"issues[{position}]: missing 'key'")
+        key = str(issue["key"])
+        fields = issue.get("fields") or {}
+        if not isinstance(fields, dict):
+            raise ParseError(f"issues[{position}] ({key}): 'fields' is not an object")
+        summary = clean_str(fields.get("summary")) or ""
+        description = adf_to_text(fields.get("description")).strip()
+        meta: dict[str, Any] = {
+            "ticket_key": key,
+            "jira_id": clean_str(issue.get("id")),
+            "title": summary or key,
+            "status": _name(fields.get("status")),
+            "priority": _name(fields.get("priority")),
+            "resolution": _name(fields.get("resolution")),
+            "assignee": _name(fields.get("assignee")),
+            "reporter": _name(fields.get("reporter")),
+            "issue_type": _name(fields.get("issuetype")),
+            "project": _name(fields.get("project")),
+            "labels": as_str_list(fields.get("labels")),
+            "components": as_str_list([_name(c) for c in fields.get("components") or []]),
+            "site": _name(fields.get("site")),
+        }
+        meta["author"] = meta["reporter"] or meta["assignee"]
+        meta.update(time_fields("created", fields.get("created"), config.tz))
+        meta.update(time_fields("updated", fields.get("updated"), config.tz))
+        meta.update(time_fields("resolved", fields.get("resolutiondate"), config.tz))
+        comment_block = fields.get("comment") or {}
+        comments = comment_block.get("comments") if isinstance(comment_block, dict) else comment_block
+        rendered: list[str] = []
+        for comment in comments or []:
+            if not isinstance(comment, dict):
+                continue
+            who = _name(comment.get("author")) or "unknown"
+            when = clean_str(comment.get("created")) or ""
+            body = adf_to_text(comment.get("body")).strip()
+            if body:
+                rendered.append(f"[{when} {who}] {body}".replace("[ ", "["))
+        meta["n_comments"] = len(rendered)
+        facts = " · ".join(f"{label}: {meta[k]}" for label, k in (
+            ("Status", "status"), ("Priority", "priority"), ("Resolution", "resolution"),
+            ("Assignee", "assignee")) if meta.get(k))
+        parts = [f"{key}: {summary}".rstrip(": ")]
+        if facts:
+            parts.append(facts)
+        if meta["labels"]:
+            parts.append("Labels: " + ", ".join(meta["labels"]))
+        if description:
+            parts.append("\n" + description)
+        if rendered:
+            parts.append("\nComments:\n" + "\n".join(rendered))
+        builder.add(key, "\n".join(parts), meta)
+    return LoadResult(builder.documents, "jira", encoding, builder.warnings)

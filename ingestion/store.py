@@ -1,0 +1,388 @@
+"""ChunkStore: Chroma (dense) + SQLite FTS5 (lexical) + manifest, kept in step.
+
+Layout under ``data_dir``: ``chroma/`` (embedded Chroma, unless a server URL is given),
+``index.sqlite3`` (chunks, FTS5 index, manifest; WAL mode) and ``ingest.lock``.
+
+Write protocol for a batch of documents (:meth:`ChunkStore.apply`):
+
+1. embed the new chunks (no store touched yet);
+2. commit intent rows (``pending``) naming the documents about to change;
+3. upsert their chunks into Chroma and delete the chunk ids they no longer have;
+4. in one SQLite transaction: replace their chunk rows (FTS follows by trigger), their
+   manifest records, the file fingerprints, and delete the intent rows.
+
+A kill between 2 and 4 leaves intent rows; :meth:`ChunkStore.recover` (run at the start of
+every ingest) marks those documents stale (or finishes their deletion) so the next run
+rewrites them; nothing already stored is dropped. Re-running therefore converges to the
+state of one clean run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingestion.chunking import CHUNKER_VERSION, Chunker
+from ingestion.documents import Chunk, Document, ScoredChunk, SearchFilter, make_chunk_id
+from ingestion.embedding import Embedder
+from ingestion.errors import StoreError, StoreLockedError
+from ingestion.stores.chroma_store import ChromaStore
+from ingestion.stores.lexical_index import LexicalIndex
+from ingestion.stores.manifest import DocumentRecord, FileRecord, Manifest
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = "1"
+
+
+@dataclass
+class DocumentWrite:
+    """A document to (re)write with its chunks; ``source_abs`` is its file's absolute path (for pruning)."""
+
+    document: Document
+    chunks: list[Chunk]
+    source_abs: str | None = None
+
+
+@dataclass
+class WriteBatch:
+    """One unit of :meth:`ChunkStore.apply`: writes, deletions and completed-file fingerprints."""
+
+    writes: list[DocumentWrite] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+    files: list[FileRecord] = field(default_factory=list)
+    forget_files: list[str] = field(default_factory=list)
+
+    @property
+    def n_chunks(self) -> int:
+        """Chunks to embed and write."""
+        return sum(len(w.chunks) for w in self.writes)
+
+    def is_empty(self) -> bool:
+        """True when applying would change nothing."""
+        return not (self.writes or self.deletes or self.files or self.forget_files)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What :meth:`ChunkStore.apply` changed."""
+
+    documents_written: int
+    chunks_written: int
+    documents_deleted: int
+    embed_s: float = 0.0
+
+
+class ChunkStore:
+    """Chroma collection (dense) + SQLite FTS5 lexical index + per-document content hashes, kept in step.
+
+    Args:
+        data_dir: folder for the SQLite index, the embedded Chroma and the lock file (created).
+        chroma_url: Chroma server URL (``http://host:port``); None = embedded PersistentClient
+            in ``data_dir/chroma``. The SQLite files stay in ``data_dir`` either way, so replicas
+            sharing a server should share ``data_dir`` too.
+        collection: Chroma collection name.
+        embedder: the embedding model wrapper (default: embedded all-MiniLM-L6-v2, loaded lazily).
+        max_chunk_tokens: chunk ceiling in tokens incl. special tokens (default and maximum:
+            the model's max sequence length).
+    Raises:
+        StoreError: Chroma unreachable, or the store was built with another embedding model.
+    """
+
+    def __init__(self, data_dir: Path, *, chroma_url: str | None = None, collection: str = "opscopilot",
+                 embedder: Embedder | None = None, max_chunk_tokens: int | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.embedder = embedder or Embedder()
+        self.collection_name = collection
+        self.chroma_url = chroma_url
+        self._max_chunk_tokens = max_chunk_tokens
+        self._chunker: Chunker | None = None
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(self.data_dir / "index.sqlite3", isolation_level=None,
+                                     check_same_thread=False, timeout=30.0)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self.lexical = LexicalIndex(self._conn)
+        self.manifest = Manifest(self._conn)
+        model = self.embedder.model_name
+        recorded = self.manifest.get_meta("embedding_model")
+        if recorded is None:
+            with self._transaction():
+                recorded = self.manifest.get_meta("embedding_model") or model
+                self.manifest.set_meta("embedding_model", recorded)
+                self.manifest.set_meta("schema_version", SCHEMA_VERSION)
+        if recorded != model:
+            raise StoreError(f"{self.data_dir} was built with embedding model {recorded!r}, not {model!r}; "
+                             "use another data dir")
+        self.chroma = ChromaStore(None if chroma_url else self.data_dir / "chroma", chroma_url, collection, model)
+
+    # -- plumbing -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def ingest_lock(self) -> Iterator[None]:
+        """Hold the exclusive ingest lock (a ``flock``, released by the OS if the process dies).
+
+        Raises:
+            StoreLockedError: another ingest run holds it.
+        """
+        path = self.data_dir / "ingest.lock"
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise StoreLockedError(f"another ingest is running on {self.data_dir}") from exc
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        """Close the SQLite connection (the store is unusable afterwards)."""
+        with self._lock:
+            self._conn.close()
+
+    @property
+    def max_chunk_tokens(self) -> int:
+        """Effective chunk ceiling in tokens (loads the model to read its max sequence length)."""
+        limit = self.embedder.max_seq_length
+        if self._max_chunk_tokens is None:
+            return limit
+        if self._max_chunk_tokens > limit:
+            log.warning("max_chunk_tokens=%d exceeds the model's max sequence length %d; using %d",
+                        self._max_chunk_tokens, limit, limit)
+            return limit
+        return self._max_chunk_tokens
+
+    @property
+    def chunker(self) -> Chunker:
+        """The :class:`Chunker` for this store's model and token ceiling (created on first use)."""
+        if self._chunker is None:
+            self._chunker = Chunker(self.embedder.tokenizer, self.max_chunk_tokens)
+        return self._chunker
+
+    @property
+    def index_signature(self) -> str:
+        """Hash of everything besides content that shapes stored chunks (model, chunk settings).
+
+        Computed from settings only, so checking for unchanged documents never loads the model.
+        """
+        raw = f"{self.embedder.model_name}|{self._max_chunk_tokens or 'auto'}|{CHUNKER_VERSION}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+    # -- writing ----------------------------------------------------------------------------
+    def chunk_document(self, doc: Document) -> list[Chunk]:
+        """Chunks of ``doc`` under this store's chunker."""
+        return self.chunker.chunk(doc)
+
+    def apply(self, batch: WriteBatch) -> ApplyResult:
+        """Write a batch (see the module docstring for the crash-safe protocol).
+
+        Raises:
+            StoreError: Chroma or SQLite failed; intent rows keep the batch recoverable.
+        """
+        chunks = [c for w in batch.writes for c in w.chunks]
+        started = time.perf_counter()
+        embeddings = self.embedder.embed_array([c.text for c in chunks]) if chunks else None
+        embed_s = time.perf_counter() - started
+        with self._lock:
+            write_ids = [w.document.doc_id for w in batch.writes]
+            old = self.manifest.get(write_ids + list(batch.deletes))
+            deletes = [d for d in dict.fromkeys(batch.deletes) if d in old and d not in set(write_ids)]
+            intents: list[tuple[str, str, int, str | None, str | None]] = []
+            stale: list[str] = []
+            for w in batch.writes:
+                doc_id = w.document.doc_id
+                prev = old[doc_id].chroma_extent if doc_id in old else 0
+                intents.append((doc_id, "write", max(prev, len(w.chunks)), w.document.source, w.source_abs))
+                stale.extend(make_chunk_id(doc_id, i) for i in range(len(w.chunks), prev))
+            for doc_id in deletes:
+                rec = old[doc_id]
+                intents.append((doc_id, "delete", rec.chroma_extent, rec.source, rec.source_abs))
+                stale.extend(make_chunk_id(doc_id, i) for i in range(rec.chroma_extent))
+            try:
+                if intents:
+                    with self._transaction():
+                        self.manifest.add_pending(intents)
+                if chunks:
+                    self.chroma.upsert([c.chunk_id for c in chunks], embeddings, [c.text for c in chunks],
+                                       [c.metadata for c in chunks])
+                if stale:
+                    self.chroma.delete(stale)
+                with self._transaction():
+                    self.lexical.delete_documents(write_ids + deletes)
+                    self.lexical.insert_chunks(chunks)
+                    self.manifest.upsert(self._record(w) for w in batch.writes)
+                    self.manifest.delete(deletes)
+                    self.manifest.forget_files(sources_abs=batch.forget_files)
+                    self.manifest.put_files(batch.files)
+                    self.manifest.clear_pending(i[0] for i in intents)
+            except StoreError:
+                raise
+            except Exception as exc:
+                raise StoreError(f"store write failed: {type(exc).__name__}: {exc}") from exc
+        return ApplyResult(len(batch.writes), len(chunks), len(deletes), embed_s)
+
+    def _record(self, w: DocumentWrite) -> DocumentRecord:
+        meta = w.document.metadata
+        created = meta.get("created_ts")
+        return DocumentRecord(
+            doc_id=w.document.doc_id, source=w.document.source, source_abs=w.source_abs,
+            doc_type=str(meta.get("doc_type")) if meta.get("doc_type") else None,
+            title=str(meta.get("title")) if meta.get("title") is not None else None,
+            key=str(meta.get("key")) if meta.get("key") is not None else None,
+            created_ts=created if isinstance(created, int) and not isinstance(created, bool) else None,
+            content_hash=w.document.content_hash, index_sig=self.index_signature,
+            n_chunks=len(w.chunks), chroma_extent=len(w.chunks),
+        )
+
+    def upsert_documents(self, docs: Sequence[Document], source_abs: str | None = None) -> ApplyResult:
+        """Chunk, embed and write ``docs`` (unchanged ones skipped). For programmatic use and tests."""
+        states = self.manifest.get([d.doc_id for d in docs])
+        sig = self.index_signature
+        writes = [DocumentWrite(d, self.chunk_document(d), source_abs) for d in docs
+                  if d.doc_id not in states or states[d.doc_id].content_hash != d.content_hash
+                  or states[d.doc_id].index_sig != sig]
+        return self.apply(WriteBatch(writes=writes))
+
+    def recover(self) -> list[str]:
+        """Resolve intent rows left by a killed run; returns the affected doc ids.
+
+        Interrupted writes: an existing document is marked stale (its content hash cleared, so
+        the next ingest of its source rewrites it); a new one has its partial Chroma records
+        deleted. Interrupted deletions are completed. File fingerprints of affected sources
+        are dropped so those files are parsed again.
+        """
+        with self._lock:
+            pending = self.manifest.pending()
+            if not pending:
+                return []
+            log.warning("recovering %d document(s) from an interrupted ingest", len(pending))
+            existing = self.manifest.get([p[0] for p in pending])
+            to_purge: list[str] = []
+            for doc_id, op, extent, _source, _abs in pending:
+                if op == "delete" or doc_id not in existing:
+                    to_purge.extend(make_chunk_id(doc_id, i) for i in range(extent))
+            if to_purge:
+                self.chroma.delete(to_purge)
+            with self._transaction():
+                for doc_id, op, extent, source, source_abs in pending:
+                    if op == "delete":
+                        self.lexical.delete_documents([doc_id])
+                        self.manifest.delete([doc_id])
+                    elif doc_id in existing:
+                        self.manifest.mark_stale(doc_id, extent)
+                    self.manifest.forget_files(sources=[source] if source else [],
+                                               sources_abs=[source_abs] if source_abs else [])
+                self.manifest.clear_pending(p[0] for p in pending)
+            return [p[0] for p in pending]
+
+    def delete_document(self, doc_id: str) -> bool:
+        """Delete a document from both indexes and the manifest; False if it was not stored.
+
+        Its file's fingerprint is dropped, so the next ingest of that file re-adds it if it
+        is still there (the store mirrors its sources).
+        """
+        with self._lock:
+            rec = self.manifest.get([doc_id]).get(doc_id)
+            if rec is None:
+                return False
+            batch = WriteBatch(deletes=[doc_id], forget_files=[rec.source_abs] if rec.source_abs else [])
+            self.apply(batch)
+            with self._transaction():
+                self.manifest.forget_files(sources=[rec.source])
+            return True
+
+    # -- reading ----------------------------------------------------------------------------
+    def dense_search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[ScoredChunk]:
+        """Top ``k`` chunks by cosine similarity of the query embedding (score in [-1, 1], higher is better)."""
+        if k <= 0 or not query.strip():
+            return []
+        vector = self.embedder.embed_array([query])[0]
+        hits = self.chroma.query(vector, k, flt)
+        with self._lock:
+            canonical = self.lexical.get_chunks([h.chunk_id for h in hits])
+        out: list[ScoredChunk] = []
+        for hit in hits:
+            chunk = canonical.get(hit.chunk_id)
+            if chunk is None:  # written to Chroma but not yet committed to SQLite
+                chunk = Chunk(hit.chunk_id, str(hit.metadata.get("doc_id", hit.chunk_id.rsplit("#", 1)[0])),
+                              hit.text, hit.metadata)
+            out.append(ScoredChunk(chunk, hit.score))
+        return out
+
+    def lexical_search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[ScoredChunk]:
+        """Top ``k`` chunks by BM25 (score = ``-bm25``, higher is better); any user text is accepted."""
+        with self._lock:
+            return [ScoredChunk(c, s) for c, s in self.lexical.search(query, k, flt)]
+
+    def get_document_chunks(self, doc_id: str) -> list[Chunk]:
+        """All chunks of a document in order (empty if unknown)."""
+        with self._lock:
+            return self.lexical.document_chunks(doc_id)
+
+    def get_chunks(self, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
+        """Chunks by id (unknown ids are absent from the result)."""
+        with self._lock:
+            return self.lexical.get_chunks(chunk_ids)
+
+    def get_document_info(self, doc_id: str) -> dict[str, Any] | None:
+        """Manifest row of a document (doc_id, source, doc_type, title, key, created_ts, content_hash,
+        n_chunks), or None if unknown."""
+        with self._lock:
+            rec = self.manifest.get([doc_id]).get(doc_id)
+        if rec is None:
+            return None
+        return {"doc_id": rec.doc_id, "source": rec.source, "doc_type": rec.doc_type, "title": rec.title,
+                "key": rec.key, "created_ts": rec.created_ts, "content_hash": rec.content_hash,
+                "n_chunks": rec.n_chunks}
+
+    def list_documents(self, offset: int = 0, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
+        """A page of documents (doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts) and the total."""
+        with self._lock:
+            return self.manifest.page(max(0, offset), max(0, limit))
+
+    def count_chunks(self) -> int:
+        """Number of chunks stored."""
+        with self._lock:
+            return self.lexical.count()
+
+    def count_documents(self) -> int:
+        """Number of documents stored."""
+        with self._lock:
+            return self.manifest.count()
+
+    def ping(self) -> None:
+        """Raise StoreError if SQLite or Chroma does not answer (for readiness probes)."""
+        try:
+            with self._lock:
+                self._conn.execute("SELECT 1").fetchone()
+            self.chroma.heartbeat()
+        except Exception as exc:
+            raise StoreError(f"store unreachable: {type(exc).__name__}: {exc}") from exc
+
+    def prunable_documents(self) -> list[str]:
+        """Ids of documents whose source file (absolute path recorded at ingest) no longer exists."""
+        with self._lock:
+            rows = self.manifest.with_source_abs()
+        return [doc_id for doc_id, path in rows if not os.path.exists(path)]

@@ -1,0 +1,179 @@
+"""BM25 lexical index over chunk texts: SQLite FTS5, incremental and persistent.
+
+Table ``chunks`` holds every chunk (text, metadata JSON, filter columns); the FTS5 table
+``chunks_fts`` indexes its text as an external-content table kept in step by triggers,
+so adding or deleting a document touches only its own rows (no rebuild). Tokenizer:
+``porter unicode61 remove_diacritics 2``.
+
+Queries are built from user text by :func:`fts_query`, never passed through: each
+whitespace-separated word becomes a quoted term, or a quoted phrase when it contains
+punctuation (``OPS-107`` -> ``"OPS 107"``, ``SRM_AUTHORIZATION_FAILURE`` ->
+``"SRM AUTHORIZATION FAILURE"``), OR-ed together; quotes, colons, parentheses and FTS
+operators in the input therefore cannot cause syntax errors.
+Scores are ``-bm25()`` (higher is better).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ingestion.documents import Chunk, SearchFilter
+
+_WORD_PART_RE = re.compile(r"[^\W_]+", re.UNICODE)
+_STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from had has have how i in is it of on or so that the this "
+    "to was were what when where which who why with".split()
+)
+MAX_QUERY_TERMS = 64
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    rowid INTEGER PRIMARY KEY,
+    chunk_id TEXT NOT NULL UNIQUE,
+    doc_id TEXT NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    metadata_json TEXT NOT NULL,
+    source TEXT,
+    doc_type TEXT,
+    key TEXT,
+    created_ts INTEGER
+);
+CREATE INDEX IF NOT EXISTS chunks_doc_id ON chunks(doc_id, chunk_index);
+CREATE INDEX IF NOT EXISTS chunks_source ON chunks(source);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    text, content='chunks', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+    INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+"""
+
+
+def fts_query(text: str) -> str | None:
+    """Safe FTS5 MATCH expression for arbitrary user text, or None when it has no word characters."""
+    terms: list[str] = []
+    seen: set[str] = set()
+    for word in text.split():
+        parts = _WORD_PART_RE.findall(word)
+        if not parts:
+            continue
+        term = " ".join(parts)
+        low = term.lower()
+        if low in seen:
+            continue
+        seen.add(low)
+        terms.append(term)
+    content = [t for t in terms if t.lower() not in _STOPWORDS]
+    terms = (content or terms)[:MAX_QUERY_TERMS]
+    if not terms:
+        return None
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+def _chunk_from_row(row: Sequence[Any]) -> Chunk:
+    chunk_id, doc_id, text, metadata_json = row[0], row[1], row[2], row[3]
+    return Chunk(chunk_id=chunk_id, doc_id=doc_id, text=text, metadata=json.loads(metadata_json))
+
+
+def _filter_sql(flt: SearchFilter | None) -> tuple[str, list[Any]]:
+    if flt is None:
+        return "", []
+    clauses: list[str] = []
+    params: list[Any] = []
+    if flt.doc_types:
+        clauses.append(f"c.doc_type IN ({','.join('?' * len(flt.doc_types))})")
+        params.extend(flt.doc_types)
+    if flt.source is not None:
+        clauses.append("c.source = ?")
+        params.append(flt.source)
+    if flt.ticket_key is not None:
+        clauses.append("c.key = ?")
+        params.append(flt.ticket_key)
+    if flt.since_ts is not None:
+        clauses.append("c.created_ts >= ?")
+        params.append(int(flt.since_ts))
+    if flt.until_ts is not None:
+        clauses.append("c.created_ts <= ?")
+        params.append(int(flt.until_ts))
+    return "".join(f" AND {c}" for c in clauses), params
+
+
+class LexicalIndex:
+    """Chunk rows and their FTS5 index on a caller-owned SQLite connection.
+
+    Methods that write do not commit: the caller groups them in one transaction with the
+    manifest update.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        conn.executescript(SCHEMA)
+
+    def insert_chunks(self, chunks: Iterable[Chunk]) -> None:
+        """Insert chunk rows (the FTS index follows by trigger)."""
+        self.conn.executemany(
+            "INSERT INTO chunks(chunk_id, doc_id, chunk_index, text, metadata_json, source, doc_type, key, created_ts)"
+            " VALUES (?,?,?,?,?,?,?,?,?)",
+            [
+                (c.chunk_id, c.doc_id, int(c.metadata.get("chunk_index", 0)), c.text,
+                 json.dumps(c.metadata, ensure_ascii=False, default=str), c.metadata.get("source"),
+                 c.metadata.get("doc_type"), c.metadata.get("key"),
+                 c.metadata.get("created_ts") if isinstance(c.metadata.get("created_ts"), int) else None)
+                for c in chunks
+            ],
+        )
+
+    def delete_documents(self, doc_ids: Iterable[str]) -> None:
+        """Delete every chunk row of these documents."""
+        self.conn.executemany("DELETE FROM chunks WHERE doc_id = ?", [(d,) for d in doc_ids])
+
+    def document_chunks(self, doc_id: str) -> list[Chunk]:
+        """A document's chunks in order."""
+        rows = self.conn.execute(
+            "SELECT chunk_id, doc_id, text, metadata_json FROM chunks WHERE doc_id = ? ORDER BY chunk_index",
+            (doc_id,),
+        ).fetchall()
+        return [_chunk_from_row(r) for r in rows]
+
+    def get_chunks(self, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
+        """Chunks by id (missing ids absent)."""
+        out: dict[str, Chunk] = {}
+        ids = list(chunk_ids)
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            rows = self.conn.execute(
+                f"SELECT chunk_id, doc_id, text, metadata_json FROM chunks WHERE chunk_id IN ({','.join('?' * len(part))})",
+                part,
+            ).fetchall()
+            out.update((r[0], _chunk_from_row(r)) for r in rows)
+        return out
+
+    def search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[tuple[Chunk, float]]:
+        """Top ``k`` chunks by BM25 for free text ``query``; score = ``-bm25`` (higher is better)."""
+        match = fts_query(query)
+        if match is None or k <= 0:
+            return []
+        where, params = _filter_sql(flt)
+        rows = self.conn.execute(
+            "SELECT c.chunk_id, c.doc_id, c.text, c.metadata_json, bm25(chunks_fts) AS rank "
+            "FROM chunks_fts JOIN chunks c ON c.rowid = chunks_fts.rowid "
+            f"WHERE chunks_fts MATCH ?{where} ORDER BY rank LIMIT ?",
+            [match, *params, int(k)],
+        ).fetchall()
+        return [(_chunk_from_row(r), -float(r[4])) for r in rows]
+
+    def count(self) -> int:
+        """Number of chunk rows."""
+        return int(self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])

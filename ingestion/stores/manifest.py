@@ -1,0 +1,209 @@
+"""The manifest: per-document content hashes, per-file fingerprints and the write-intent log.
+
+Tables (same SQLite database as the lexical index, so one transaction covers both):
+
+- ``documents``: doc_id, source, source_abs (absolute path at ingest, for ``--prune``),
+  doc_type, title, key, created_ts, content_hash, index_sig (model + chunking settings),
+  n_chunks, chroma_extent (upper bound of chunk indices that may exist in Chroma).
+- ``files``: source_abs -> sha256 of the bytes and settings signature of the last
+  complete ingest of that file (lets an unchanged file be skipped without parsing).
+- ``pending``: documents whose Chroma records are being changed. A row is committed
+  before the Chroma write and removed in the transaction that records the result, so
+  after a crash the affected documents are known (see ``ChunkStore.recover``).
+- ``meta``: key/value settings (schema version, embedding model).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    source_abs TEXT,
+    doc_type TEXT,
+    title TEXT,
+    key TEXT,
+    created_ts INTEGER,
+    content_hash TEXT NOT NULL,
+    index_sig TEXT NOT NULL,
+    n_chunks INTEGER NOT NULL,
+    chroma_extent INTEGER NOT NULL,
+    indexed_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS documents_source ON documents(source);
+CREATE INDEX IF NOT EXISTS documents_source_abs ON documents(source_abs);
+CREATE TABLE IF NOT EXISTS files (
+    source_abs TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    settings_sig TEXT NOT NULL,
+    n_documents INTEGER NOT NULL,
+    n_chunks INTEGER NOT NULL,
+    format TEXT
+);
+CREATE TABLE IF NOT EXISTS pending (
+    doc_id TEXT PRIMARY KEY,
+    op TEXT NOT NULL,
+    extent INTEGER NOT NULL,
+    source TEXT,
+    source_abs TEXT
+);
+"""
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    """One ``documents`` row."""
+
+    doc_id: str
+    source: str
+    source_abs: str | None
+    doc_type: str | None
+    title: str | None
+    key: str | None
+    created_ts: int | None
+    content_hash: str
+    index_sig: str
+    n_chunks: int
+    chroma_extent: int
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One ``files`` row: fingerprint of a completely ingested file."""
+
+    source_abs: str
+    source: str
+    sha256: str
+    settings_sig: str
+    n_documents: int
+    n_chunks: int
+    format: str | None = None
+
+
+_DOC_COLS = "doc_id, source, source_abs, doc_type, title, key, created_ts, content_hash, index_sig, n_chunks, chroma_extent"
+
+
+class Manifest:
+    """Accessors for the manifest tables on a caller-owned connection (no commits here)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        conn.executescript(SCHEMA)
+
+    # meta
+    def get_meta(self, key: str) -> str | None:
+        """Value stored under ``key`` in ``meta``, or None."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key`` in ``meta``."""
+        self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    # documents
+    def get(self, doc_ids: Sequence[str]) -> dict[str, DocumentRecord]:
+        """Records of these documents (missing ones absent)."""
+        out: dict[str, DocumentRecord] = {}
+        ids = list(doc_ids)
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            rows = self.conn.execute(
+                f"SELECT {_DOC_COLS} FROM documents WHERE doc_id IN ({','.join('?' * len(part))})", part
+            ).fetchall()
+            out.update((r[0], DocumentRecord(*r)) for r in rows)
+        return out
+
+    def for_source(self, source: str, source_abs: str | None) -> list[DocumentRecord]:
+        """Documents recorded for this relative source or this absolute path."""
+        rows = self.conn.execute(
+            f"SELECT {_DOC_COLS} FROM documents WHERE source = ? OR (source_abs IS NOT NULL AND source_abs = ?)",
+            (source, source_abs),
+        ).fetchall()
+        return [DocumentRecord(*r) for r in rows]
+
+    def with_source_abs(self) -> list[tuple[str, str]]:
+        """(doc_id, source_abs) of every document ingested from a file."""
+        return [(r[0], r[1]) for r in self.conn.execute(
+            "SELECT doc_id, source_abs FROM documents WHERE source_abs IS NOT NULL")]
+
+    def upsert(self, records: Iterable[DocumentRecord]) -> None:
+        """Insert or replace document records."""
+        now = time.time()
+        self.conn.executemany(
+            f"INSERT OR REPLACE INTO documents({_DOC_COLS}, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(*(getattr(r, f) for f in DocumentRecord.__dataclass_fields__), now) for r in records],
+        )
+
+    def delete(self, doc_ids: Iterable[str]) -> None:
+        """Delete document records."""
+        self.conn.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
+
+    def mark_stale(self, doc_id: str, extent: int) -> None:
+        """Force the document to be rewritten on its next ingest; remember Chroma may hold ``extent`` chunks."""
+        self.conn.execute(
+            "UPDATE documents SET content_hash = '', chroma_extent = MAX(chroma_extent, ?) WHERE doc_id = ?",
+            (extent, doc_id),
+        )
+
+    def page(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """A page of documents ordered by source then doc_id, and the total count."""
+        total = int(self.conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+        rows = self.conn.execute(
+            "SELECT doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts FROM documents "
+            "ORDER BY source, doc_id LIMIT ? OFFSET ?", (int(limit), int(offset)),
+        ).fetchall()
+        names = ("doc_id", "source", "title", "doc_type", "n_chunks", "content_hash", "key", "created_ts")
+        return [dict(zip(names, r)) for r in rows], total
+
+    def count(self) -> int:
+        """Number of documents."""
+        return int(self.conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+
+    # files
+    def get_file(self, source_abs: str) -> FileRecord | None:
+        """Fingerprint of the last complete ingest of ``source_abs``."""
+        row = self.conn.execute(
+            "SELECT source_abs, source, sha256, settings_sig, n_documents, n_chunks, format FROM files "
+            "WHERE source_abs = ?", (source_abs,),
+        ).fetchone()
+        return None if row is None else FileRecord(*row)
+
+    def put_files(self, records: Iterable[FileRecord]) -> None:
+        """Insert or replace file fingerprints."""
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO files(source_abs, source, sha256, settings_sig, n_documents, n_chunks, format) "
+            "VALUES (?,?,?,?,?,?,?)",
+            [(r.source_abs, r.source, r.sha256, r.settings_sig, r.n_documents, r.n_chunks, r.format) for r in records],
+        )
+
+    def forget_files(self, sources: Iterable[str] = (), sources_abs: Iterable[str] = ()) -> None:
+        """Drop fingerprints so those files are parsed again on the next run."""
+        self.conn.executemany("DELETE FROM files WHERE source = ?", [(s,) for s in sources])
+        self.conn.executemany("DELETE FROM files WHERE source_abs = ?", [(s,) for s in sources_abs])
+
+    def all_files(self) -> list[str]:
+        """Absolute paths of every fingerprinted file."""
+        return [r[0] for r in self.conn.execute("SELECT source_abs FROM files")]
+
+    # pending (write-intent log)
+    def add_pending(self, rows: Iterable[tuple[str, str, int, str | None, str | None]]) -> None:
+        """Record intents ``(doc_id, op 'write'|'delete', extent, source, source_abs)``."""
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO pending(doc_id, op, extent, source, source_abs) VALUES (?,?,?,?,?)", list(rows))
+
+    def clear_pending(self, doc_ids: Iterable[str]) -> None:
+        """Remove intents once their outcome is committed."""
+        self.conn.executemany("DELETE FROM pending WHERE doc_id = ?", [(d,) for d in doc_ids])
+
+    def pending(self) -> list[tuple[str, str, int, str | None, str | None]]:
+        """Every unresolved intent."""
+        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
+            "SELECT doc_id, op, extent, source, source_abs FROM pending ORDER BY doc_id")]
