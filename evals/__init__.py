@@ -1,0 +1,1 @@
+"""Evals: exactness vs plain greedy, latency vs the anchors, retrieval quality."""

@@ -1,0 +1,125 @@
+"""``copilot eval exactness|latency|retrieval``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from evals.questions import DEFAULT_CORPUS, DEFAULT_QUESTIONS, load_questions, quick_subset
+
+eval_app = typer.Typer(help="Exactness, latency and retrieval evals (reports as JSON, Markdown and PNG).",
+                       no_args_is_help=True)
+console = Console()
+log = logging.getLogger(__name__)
+
+QUICK_QUESTIONS = {"exactness": 4, "latency": 3}
+QUICK_TOKENS = 48
+FULL_TOKENS = 64
+
+_questions_opt = typer.Option(DEFAULT_QUESTIONS, "--questions", help="questions.jsonl file")
+_corpus_opt = typer.Option(DEFAULT_CORPUS, "--corpus", help="folder to ingest into a temporary store")
+_data_dir_opt = typer.Option(None, "--data-dir", help="reuse this existing store instead of ingesting --corpus")
+_json_opt = typer.Option(None, "--json", help="write the JSON report here")
+_report_opt = typer.Option(None, "--report", help="write Markdown (and plots) into this folder")
+
+
+def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path], quick: bool,
+             max_new_tokens: Optional[int], draft_model: Optional[str]):
+    from evals.harness import build_cases, build_setup
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    qs = load_questions(questions)
+    if quick:
+        qs = quick_subset(qs, QUICK_QUESTIONS[kind])
+    n_tokens = max_new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS)
+    setup = build_setup(None if data_dir else corpus, data_dir, draft_model=draft_model)
+    return setup, build_cases(setup, qs, n_tokens), n_tokens
+
+
+@eval_app.command("exactness")
+def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+              quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['exactness']} questions, {QUICK_TOKENS} tokens"),
+              json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
+              max_new_tokens: Optional[int] = typer.Option(None, help=f"default {FULL_TOKENS} ({QUICK_TOKENS} quick)"),
+              draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
+              allow_near_ties: Optional[float] = typer.Option(
+                  None, help="pass divergences whose reference top-1/top-2 logit margin is <= this")) -> None:
+    """Every decoding mode vs plain greedy generate(); non-zero exit on a divergence."""
+    from evals.exactness import failing_divergences, run_exactness
+    from evals.harness import hardware_summary
+    from evals.report import exactness_markdown, write_json
+
+    setup, cases, n_tokens = _prepare("exactness", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
+    try:
+        result = run_exactness(setup.engine, cases, n_tokens)
+        result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens)
+    finally:
+        setup.close()
+    md = exactness_markdown(result)
+    console.print(md, markup=False, highlight=False)
+    if json_out:
+        write_json(result, json_out)
+    if report:
+        report.mkdir(parents=True, exist_ok=True)
+        (report / "exactness.md").write_text(md)
+    failing = failing_divergences(result, allow_near_ties)
+    if failing:
+        console.print(f"[red]{len(failing)} divergence(s) from plain greedy[/red]")
+        raise typer.Exit(1)
+
+
+@eval_app.command("latency")
+def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+            quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['latency']} questions, {QUICK_TOKENS} tokens"),
+            json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
+            max_new_tokens: Optional[int] = typer.Option(None, help=f"default {FULL_TOKENS} ({QUICK_TOKENS} quick)"),
+            repeats: int = typer.Option(1, min=1, help="timed runs per question and mode"),
+            modes: Optional[str] = typer.Option(None, help="comma-separated subset of modes"),
+            draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL")) -> None:
+    """Speedup, τ, α, TTFT, ITL of our modes vs transformers greedy, prompt lookup and assisted generation."""
+    from evals.harness import hardware_summary
+    from evals.latency import run_latency
+    from evals.report import latency_markdown, latency_plots, write_json
+
+    setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
+    try:
+        result = run_latency(setup.engine, cases, n_tokens, repeats, modes.split(",") if modes else None)
+        result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens, repeats=repeats)
+    finally:
+        setup.close()
+    md = latency_markdown(result)
+    console.print(md, markup=False, highlight=False)
+    if json_out:
+        write_json(result, json_out)
+    if report:
+        latency_plots(result, report)
+        (report / "latency.md").write_text(md)
+
+
+@eval_app.command("retrieval")
+def retrieval(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+              json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
+    """recall@1/5/10 and MRR of the expected source for dense, BM25 and hybrid retrieval."""
+    from evals.harness import build_setup
+    from evals.report import retrieval_markdown, write_json
+    from evals.retrieval_eval import run_retrieval
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    setup = build_setup(None if data_dir else corpus, data_dir, load_models=False)
+    try:
+        result = run_retrieval(setup.service.retriever, load_questions(questions))
+    finally:
+        setup.close()
+    md = retrieval_markdown(result)
+    console.print(md, markup=False, highlight=False)
+    if json_out:
+        write_json(result, json_out)
+    if report:
+        report.mkdir(parents=True, exist_ok=True)
+        (report / "retrieval.md").write_text(md)

@@ -1,0 +1,118 @@
+"""Shared set-up for the evals: the real store, retrieval and prompt path, and the models."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from copilot.config import Settings
+from copilot.service import CopilotService, load_draft
+from decoding import SpeculativeEngine
+from decoding.models import load_model
+from evals.questions import Question
+from ingestion.embedding import Embedder
+from ingestion.pipeline import ingest_paths
+from ingestion.store import ChunkStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Case:
+    """One question turned into what the decoders see.
+
+    Attributes:
+        question: the eval question.
+        prompt_ids: chat-templated prompt token ids (the real prompt path).
+        context_ids: retrieved passages' token ids (n-gram drafter seed).
+        retrieved_doc_ids: document ids of the passages in the prompt, in order.
+    """
+
+    question: Question
+    prompt_ids: list[int]
+    context_ids: list[list[int]]
+    retrieved_doc_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EvalSetup:
+    """The service (store + engine) the evals drive, and where the store lives."""
+
+    service: CopilotService
+    settings: Settings
+    tmpdir: tempfile.TemporaryDirectory | None
+
+    @property
+    def engine(self) -> SpeculativeEngine:
+        assert self.service.engine is not None
+        return self.service.engine
+
+    def close(self) -> None:
+        if self.tmpdir is not None:
+            self.tmpdir.cleanup()
+
+
+def build_setup(corpus: Path | None, data_dir: Path | None, *, load_models: bool = True,
+                draft_model: str | None = None) -> EvalSetup:
+    """Ingest ``corpus`` into a temporary store (or reuse ``data_dir``) and load the models.
+
+    The settings come from ``COPILOT_*`` like the service's; ``draft_model`` overrides
+    the configured draft model.
+    """
+    overrides = {"draft_model": draft_model} if draft_model is not None else {}
+    tmp = None
+    if data_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="opscopilot-eval-")
+        data_dir = Path(tmp.name)
+    base = Settings(**overrides)
+    settings = base.model_copy(update={"data_dir": data_dir})
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    store = ChunkStore(data_dir, chroma_url=settings.chroma_url, collection=settings.collection,
+                       embedder=Embedder(settings.embedding_model))
+    if corpus is not None:
+        report = ingest_paths([corpus], store, progress=False).to_dict()
+        log.info("corpus %s: %s", corpus, report["counts"])
+    engine = None
+    if load_models:
+        # The model cache is shared with the service's default data dir: no re-dequantizing per eval.
+        target = load_model(settings.target_model, device=settings.device, dtype=settings.dtype,
+                            cache_dir=base.model_cache_dir)
+        engine = SpeculativeEngine(target, load_draft(settings, target), max_ngram=settings.max_ngram,
+                                   min_ngram=settings.min_ngram,
+                                   max_speculative_tokens=settings.num_speculative_tokens)
+    return EvalSetup(CopilotService(settings, store, engine), settings, tmp)
+
+
+def build_cases(setup: EvalSetup, questions: list[Question], max_new_tokens: int) -> list[Case]:
+    """Run every question through the real retrieval + prompt path."""
+    cases = []
+    config = setup.service.generation_config(max_new_tokens)
+    for q in questions:
+        prepared = setup.service.prepare(q.question, config=config)
+        cases.append(Case(q, prepared.prompt.input_ids, prepared.prompt.context_ids,
+                          [p.chunk.doc_id for p in prepared.prompt.passages]))
+    return cases
+
+
+def hardware_summary(setup: EvalSetup) -> dict:
+    """Where the eval ran: CPU/GPU, threads, torch version, model, dtype."""
+    target = setup.engine.target if setup.service.engine else None
+    device = target.device if target else torch.device("cpu")
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
+    if target is not None:
+        info.update(target_model=target.name, dtype=str(target.dtype).removeprefix("torch."),
+                    draft_model=setup.engine.draft.name if setup.engine.draft else None)
+    return info

@@ -1,0 +1,267 @@
+"""Latency eval: our decoding modes against plain greedy and transformers' anchors.
+
+Every question runs every mode once per repeat, interleaved (A B C … then the next
+question, the order rotated per repeat), after one warm-up pass per mode; we report
+medians. Speedups are per question, against transformers greedy on the same prompt:
+decode phase (time after the first token, per generated token) and end to end.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers.generation.streamers import BaseStreamer
+
+from decoding import GenerationConfig, SpeculativeEngine
+from evals.harness import Case
+
+log = logging.getLogger(__name__)
+
+HF_MODES = ("hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "hf_assisted")
+
+
+@dataclass
+class Run:
+    """One timed generation.
+
+    Attributes:
+        tokens: generated ids.
+        total_ms: wall time including prefill.
+        ttft_ms: time to the first generated token.
+        itl_ms: per-token inter-token latencies (a block of k tokens counts k × dt/k).
+        passes: target forward passes in the decode phase (prefill excluded).
+        proposed / accepted: drafted tokens (ours only).
+        accepted_by_position / block_sizes: from our stats (plots).
+    """
+
+    tokens: list[int]
+    total_ms: float
+    ttft_ms: float
+    itl_ms: list[float]
+    passes: int
+    proposed: int = 0
+    accepted: int = 0
+    accepted_by_position: list[list[int]] = field(default_factory=list)
+    block_sizes: list[int] = field(default_factory=list)
+    overhead_ms: float = 0.0
+
+    @property
+    def decode_ms_per_token(self) -> float:
+        return (self.total_ms - self.ttft_ms) / max(len(self.tokens) - 1, 1)
+
+
+class _TimingStreamer(BaseStreamer):
+    """Records when ``generate`` hands over new tokens (the first put is the prompt)."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[float, int]] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.times.append((time.perf_counter(), int(value.numel())))
+
+    def end(self) -> None:
+        pass
+
+
+class _PassCounter:
+    """Counts forward calls of a model (a forward hook)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.count = 0
+        self._handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, *args) -> None:
+        self.count += 1
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def _itl(start: float, events: list[tuple[float, int]]) -> list[float]:
+    out, prev = [], None
+    for t, n in events:
+        if prev is not None and n > 0:
+            out += [(t - prev) * 1000 / n] * n
+        prev = t
+    return out
+
+
+@torch.inference_mode()
+def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int) -> Run:
+    """transformers ``generate``: greedy, prompt lookup (N = 3/5/10) or assisted."""
+    target = engine.target
+    x = torch.tensor([case.prompt_ids], device=target.device)
+    eos = list(target.eos_token_ids()) or None
+    kwargs = dict(attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
+                  eos_token_id=eos, pad_token_id=(eos or [0])[0])
+    if mode.startswith("hf_pld_"):
+        kwargs["prompt_lookup_num_tokens"] = int(mode.rsplit("_", 1)[1])
+    elif mode == "hf_assisted":
+        kwargs["assistant_model"] = engine.draft.model
+    streamer = _TimingStreamer()
+    counter = _PassCounter(target.model)
+    try:
+        t0 = time.perf_counter()
+        out = target.model.generate(x, streamer=streamer, **kwargs)
+        total = (time.perf_counter() - t0) * 1000
+    finally:
+        counter.remove()
+    tokens = out[0, len(case.prompt_ids):].tolist()
+    ttft = (streamer.times[0][0] - t0) * 1000 if streamer.times else total
+    return Run(tokens, total, ttft, _itl(t0, streamer.times), max(counter.count - 1, 0))
+
+
+def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int) -> Run:
+    """Our engine with drafting ``off``/``ngram``/``draft_model``/``auto``."""
+    drafting = mode.removeprefix("ours_")
+    events: list[tuple[float, int]] = []
+    t0 = time.perf_counter()
+    result = None
+    for ev in engine.stream(case.prompt_ids, GenerationConfig(max_new_tokens=max_new_tokens, drafting=drafting),
+                            case.context_ids):
+        if ev.token_ids:
+            events.append((time.perf_counter(), len(ev.token_ids)))
+        result = ev.result or result
+    total = (time.perf_counter() - t0) * 1000
+    s = result.stats
+    proposed = sum(d.proposed for d in s.drafters.values())
+    accepted = sum(d.accepted for d in s.drafters.values())
+    return Run(result.token_ids, total, s.ttft_ms, _itl(t0, events), s.target_passes, proposed, accepted,
+               s.accepted_by_position, s.block_sizes, s.overhead_ms)
+
+
+def latency_modes(engine: SpeculativeEngine) -> list[str]:
+    """All modes this engine supports (assisted and draft-model modes need a draft model)."""
+    has_draft = engine.draft is not None
+    hf = [m for m in HF_MODES if m != "hf_assisted" or has_draft]
+    ours = ["ours_off", "ours_ngram"] + (["ours_draft_model"] if has_draft else []) + ["ours_auto"]
+    return hf + ours
+
+
+def _run(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int) -> Run:
+    return run_hf(engine, mode, case, max_new_tokens) if mode.startswith("hf_") else \
+        run_ours(engine, mode, case, max_new_tokens)
+
+
+def copied_fraction(tokens: list[int], case: Case, n: int = 4) -> float:
+    """Fraction of answer tokens inside an n-gram that also occurs in the prompt or passages."""
+    if len(tokens) < n:
+        return 0.0
+    grams = set()
+    for src in [case.prompt_ids, *case.context_ids]:
+        grams.update(tuple(src[i:i + n]) for i in range(len(src) - n + 1))
+    covered = [False] * len(tokens)
+    for i in range(len(tokens) - n + 1):
+        if tuple(tokens[i:i + n]) in grams:
+            for j in range(i, i + n):
+                covered[j] = True
+    return sum(covered) / len(tokens)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: int, repeats: int = 1,
+                modes: list[str] | None = None) -> dict:
+    """Interleaved timing of every mode on every case.
+
+    Returns:
+        JSON-able dict; top-level keys ``speedup`` ({mode: {"median", "min"}}, decode
+        phase), ``speedup_e2e``, ``tau``, ``alpha``, ``tokens_per_s``, ``ttft_ms``,
+        ``itl_ms``, ``exact_vs_greedy``, ``overhead_pct``, ``memory``, ``per_question``,
+        ``acceptance_by_position``, ``block_sizes``.
+    """
+    modes = modes or latency_modes(engine)
+    if "hf_greedy" not in modes:
+        modes = ["hf_greedy"] + modes
+    for mode in modes:  # warm-up: one short pass each
+        _run(engine, mode, cases[0], min(8, max_new_tokens))
+    runs: dict[str, dict[str, list[Run]]] = {m: {} for m in modes}
+    for qi, case in enumerate(cases):
+        for rep in range(repeats):
+            shift = (qi + rep) % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
+                runs[mode].setdefault(case.question.id, []).append(_run(engine, mode, case, max_new_tokens))
+        log.info("%s timed (%d/%d)", case.question.id, qi + 1, len(cases))
+    return summarize(runs, cases)
+
+
+def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
+    """Medians and ratios per mode from the raw runs (see :func:`run_latency`)."""
+    med = statistics.median
+    base = {qid: rs for qid, rs in runs["hf_greedy"].items()}
+    out: dict = {k: {} for k in ("speedup", "speedup_e2e", "tau", "alpha", "tokens_per_s", "ttft_ms", "itl_ms",
+                                 "exact_vs_greedy", "overhead_pct", "acceptance_by_position", "block_sizes")}
+    per_question = []
+    for case in cases:
+        qid = case.question.id
+        ref = base[qid][0]
+        row = {"id": qid, "copied_fraction": round(copied_fraction(ref.tokens, case), 3), "modes": {}}
+        for mode, by_q in runs.items():
+            rs = by_q[qid]
+            row["modes"][mode] = {
+                "speedup": round(med(base[qid][i % len(base[qid])].decode_ms_per_token / r.decode_ms_per_token
+                                     for i, r in enumerate(rs)), 3),
+                "speedup_e2e": round(med(base[qid][i % len(base[qid])].total_ms / r.total_ms
+                                         for i, r in enumerate(rs)), 3),
+                "tokens": len(rs[0].tokens),
+            }
+        per_question.append(row)
+    for mode, by_q in runs.items():
+        all_runs = [r for rs in by_q.values() for r in rs]
+        sp = [row["modes"][mode]["speedup"] for row in per_question]
+        sp_e2e = [row["modes"][mode]["speedup_e2e"] for row in per_question]
+        out["speedup"][mode] = {"median": round(med(sp), 3), "min": round(min(sp), 3)}
+        out["speedup_e2e"][mode] = {"median": round(med(sp_e2e), 3), "min": round(min(sp_e2e), 3)}
+        decode_tokens = sum(max(len(r.tokens) - 1, 0) for r in all_runs)
+        passes = sum(r.passes for r in all_runs)
+        out["tau"][mode] = round(decode_tokens / passes, 3) if passes else None
+        proposed = sum(r.proposed for r in all_runs)
+        out["alpha"][mode] = round(sum(r.accepted for r in all_runs) / proposed, 3) if proposed else None
+        out["tokens_per_s"][mode] = round(med(len(r.tokens) / (r.total_ms / 1000) for r in all_runs), 2)
+        out["ttft_ms"][mode] = round(med(r.ttft_ms for r in all_runs), 1)
+        itl = [x for r in all_runs for x in r.itl_ms]
+        out["itl_ms"][mode] = {"p50": _round(_pct(itl, 0.5)), "p95": _round(_pct(itl, 0.95))}
+        out["exact_vs_greedy"][mode] = sum(r.tokens == base[q][0].tokens for q, rs in by_q.items() for r in rs)
+        decode_ms = sum(r.total_ms - r.ttft_ms for r in all_runs)
+        out["overhead_pct"][mode] = round(100 * sum(r.overhead_ms for r in all_runs) / decode_ms, 2) \
+            if mode.startswith("ours_") and decode_ms else None
+        if mode.startswith("ours_"):
+            acc: list[list[int]] = []
+            for r in all_runs:
+                for i, (p, a) in enumerate(r.accepted_by_position):
+                    if i >= len(acc):
+                        acc.append([0, 0])
+                    acc[i][0] += p
+                    acc[i][1] += a
+            out["acceptance_by_position"][mode] = [round(a / p, 3) if p else None for p, a in acc]
+            out["block_sizes"][mode] = [b for r in all_runs for b in r.block_sizes]
+    out["memory"] = _memory()
+    out["per_question"] = per_question
+    out["modes"] = list(runs)
+    return out
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+def _memory() -> dict:
+    """Peak process RSS (MiB; whole run, all modes share one process) and CUDA peak if any."""
+    mem = {"peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if torch.cuda.is_available():
+        mem["cuda_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return mem

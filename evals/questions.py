@@ -1,0 +1,58 @@
+"""The ``questions.jsonl`` format: ``{"id", "question", "answer_span", "source"}`` per line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_QUESTIONS = Path(__file__).resolve().parent / "data" / "questions.jsonl"
+DEFAULT_CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
+
+
+@dataclass(frozen=True)
+class Question:
+    """One eval question.
+
+    Attributes:
+        id: stable id.
+        question: what the operator asks.
+        answer_span: an exact substring of the source a right answer must quote.
+        source: the expected document: ``path#KEY`` (``path#MID=N`` for ELOG) or ``path``.
+    """
+
+    id: str
+    question: str
+    answer_span: str
+    source: str
+
+    def matches(self, doc_id: str) -> bool:
+        """Whether a retrieved document id is the expected source."""
+        expected = self.source.replace("#MID=", "#")
+        return doc_id == expected if "#" in expected else doc_id.startswith(expected + "#")
+
+
+def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[Question]:
+    """Parse a questions file.
+
+    Raises:
+        ValueError: a line is not JSON or lacks a field (the message names the line).
+    """
+    out = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.append(Question(str(row["id"]), row["question"], row.get("answer_span", ""), row.get("source", "")))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{lineno}: not a question record ({exc})") from exc
+    return out
+
+
+def quick_subset(questions: list[Question], n: int) -> list[Question]:
+    """``n`` questions spread evenly over the file (deterministic)."""
+    if len(questions) <= n:
+        return questions
+    step = len(questions) / n
+    return [questions[int(i * step)] for i in range(n)]

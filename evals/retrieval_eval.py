@@ -1,0 +1,36 @@
+"""Retrieval eval: recall@k (k = 1, 5, 10) and MRR of the expected source document.
+
+Ranks are over documents (a document's first chunk in the ranking counts), for dense,
+BM25 and hybrid (RRF) retrieval.
+"""
+
+from __future__ import annotations
+
+from copilot.retrieval import HybridRetriever
+from evals.questions import Question
+
+KS = (1, 5, 10)
+
+
+def doc_ranking(retriever: HybridRetriever, question: str, mode: str, depth: int = 10) -> list[str]:
+    """Distinct document ids in rank order (chunks collapsed to their document)."""
+    passages = retriever.retrieve(question, depth * 3, mode=mode)
+    return list(dict.fromkeys(p.chunk.doc_id for p in passages))[:depth]
+
+
+def run_retrieval(retriever: HybridRetriever, questions: list[Question]) -> dict:
+    """Returns ``{"recall": {mode: {"@1", "@5", "@10"}}, "mrr": {mode: x}, "per_question": [...]}``."""
+    out: dict = {"recall": {}, "mrr": {}, "per_question": []}
+    ranks: dict[str, list[int | None]] = {}
+    for mode in ("dense", "bm25", "hybrid"):
+        ranks[mode] = []
+        for q in questions:
+            docs = doc_ranking(retriever, q.question, mode)
+            rank = next((i + 1 for i, d in enumerate(docs) if q.matches(d)), None)
+            ranks[mode].append(rank)
+        n = len(questions)
+        out["recall"][mode] = {f"@{k}": round(sum(1 for r in ranks[mode] if r and r <= k) / n, 3) for k in KS}
+        out["mrr"][mode] = round(sum(1 / r for r in ranks[mode] if r) / n, 3)
+    for i, q in enumerate(questions):
+        out["per_question"].append({"id": q.id, "source": q.source, **{m: ranks[m][i] for m in ranks}})
+    return out
