@@ -50,13 +50,14 @@ _DEC_MODELS = {
     "small": dict(tokenizer="ops", hidden=64, layers=2, init=0.1, seed=1),
     "small_trunc": dict(base="small", derive="trunc"),
     "small_noisy": dict(base="small", derive="noisy"),
+    "small_padded": dict(base="small", derive="padded"),  # like Qwen2.5-0.5B vs -7B: vocab padded differently
     "large": dict(tokenizer="big", hidden=64, layers=2, init=0.05, seed=2),
     "large_trunc": dict(base="large", derive="trunc"),
     "large_noisy": dict(base="large", derive="noisy"),
     "other_vocab": dict(tokenizer="alt", hidden=32, layers=1, init=0.1, seed=3),
     # Sampling tests: tiny vocabulary, peaked distributions (scaled LM head).
-    "micro": dict(tokenizer="micro", hidden=32, layers=2, init=0.1, seed=4, head_scale=2.5),
-    "micro_draft": dict(tokenizer="micro", hidden=32, layers=1, init=0.1, seed=5, head_scale=2.5),
+    "micro": dict(tokenizer="micro", hidden=32, layers=2, init=0.1, seed=4, head_scale=4.0),
+    "micro_draft": dict(base="micro", derive="noisy"),
 }
 
 
@@ -101,9 +102,14 @@ class TinyModels:
             if spec["derive"] == "trunc":
                 cfg.num_hidden_layers = 1
                 state = {k: v for k, v in state.items() if ".layers." not in k or ".layers.0." in k}
+            elif spec["derive"] == "padded":  # same tokenizer, embedding/LM head padded by 16 rows
+                cfg.vocab_size += 16
+                gen = torch.Generator().manual_seed(8)
+                for k in ("model.embed_tokens.weight", "lm_head.weight"):
+                    state[k] = torch.cat([state[k], 0.02 * torch.randn(16, state[k].shape[1], generator=gen)])
             else:
                 gen = torch.Generator().manual_seed(7)
-                state = {k: v + 0.15 * v.std() * torch.randn(v.shape, generator=gen) if v.numel() > 1 else v
+                state = {k: v + 0.05 * v.std() * torch.randn(v.shape, generator=gen) if v.numel() > 1 else v
                          for k, v in state.items()}
             model = LlamaForCausalLM(cfg)
             model.load_state_dict(state)
@@ -185,10 +191,19 @@ class TinyModels:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> TinyModels:
     """Tiny random Llama models for the decoding tests (see :class:`TinyModels`)."""
+    return TinyModels(tmp_path_factory.mktemp("decoding_models"))
+
+
+@pytest.fixture
+def torch_one_thread():
+    """Run a test on one torch thread, then restore the previous setting. Tiny models are
+    fastest single-threaded, and two threads thrash badly when the 2 CPUs are shared."""
     import torch
 
-    torch.set_num_threads(2)
-    return TinyModels(tmp_path_factory.mktemp("decoding_models"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _byte_token_ids(tokenizer, text: str) -> list[int]:
@@ -334,10 +349,13 @@ def embedded_engine(embedded_target):
 
 @pytest.fixture(scope="session")
 def embedder():
-    """The embedded all-MiniLM-L6-v2 sentence embedder, shared by the session."""
-    from ingestion.embedding import Embedder
+    """The embedded all-MiniLM-L6-v2 sentence embedder: the same instance the ingestion tests use."""
+    import sys
 
-    return Embedder()
+    sys.path.insert(0, str(_DecPath(__file__).parent / "fixtures" / "ingestion"))
+    from ingestion_helpers import shared_embedder
+
+    return shared_embedder()
 
 
 @pytest.fixture(scope="session")
