@@ -29,6 +29,18 @@ _json_opt = typer.Option(None, "--json", help="write the JSON report here")
 _report_opt = typer.Option(None, "--report", help="write Markdown (and plots) into this folder")
 
 
+def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path], name: str) -> None:
+    """Print the Markdown summary; write the JSON and ``REPORT/NAME.md`` when asked."""
+    from evals.report import write_json
+
+    console.print(md, markup=False, highlight=False)
+    if json_out:
+        write_json(result, json_out)
+    if report:
+        report.mkdir(parents=True, exist_ok=True)
+        (report / f"{name}.md").write_text(md)
+
+
 def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path], quick: bool,
              max_new_tokens: Optional[int], draft_model: Optional[str]):
     from evals.harness import build_cases, build_setup
@@ -53,7 +65,7 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
     """Every decoding mode vs plain greedy generate(); non-zero exit on a divergence."""
     from evals.exactness import failing_divergences, run_exactness
     from evals.harness import hardware_summary
-    from evals.report import exactness_markdown, write_json
+    from evals.report import exactness_markdown
 
     setup, cases, n_tokens = _prepare("exactness", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
     try:
@@ -61,13 +73,7 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens)
     finally:
         setup.close()
-    md = exactness_markdown(result)
-    console.print(md, markup=False, highlight=False)
-    if json_out:
-        write_json(result, json_out)
-    if report:
-        report.mkdir(parents=True, exist_ok=True)
-        (report / "exactness.md").write_text(md)
+    _emit(exactness_markdown(result), result, json_out, report, "exactness")
     failing = failing_divergences(result, allow_near_ties)
     if failing:
         console.print(f"[red]{len(failing)} divergence(s) from plain greedy[/red]")
@@ -85,7 +91,7 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
     """Speedup, τ, α, TTFT, ITL of our modes vs transformers greedy, prompt lookup and assisted generation."""
     from evals.harness import hardware_summary
     from evals.latency import run_latency
-    from evals.report import latency_markdown, latency_plots, write_json
+    from evals.report import latency_markdown, latency_plots
 
     setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
     try:
@@ -93,13 +99,9 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens, repeats=repeats)
     finally:
         setup.close()
-    md = latency_markdown(result)
-    console.print(md, markup=False, highlight=False)
-    if json_out:
-        write_json(result, json_out)
+    _emit(latency_markdown(result), result, json_out, report, "latency")
     if report:
         latency_plots(result, report)
-        (report / "latency.md").write_text(md)
 
 
 @eval_app.command("retrieval")
@@ -107,7 +109,7 @@ def retrieval(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
               json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
     """recall@1/5/10 and MRR of the expected source for dense, BM25 and hybrid retrieval."""
     from evals.harness import build_setup
-    from evals.report import retrieval_markdown, write_json
+    from evals.report import retrieval_markdown
     from evals.retrieval_eval import run_retrieval
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -116,10 +118,4 @@ def retrieval(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
         result = run_retrieval(setup.service.retriever, load_questions(questions))
     finally:
         setup.close()
-    md = retrieval_markdown(result)
-    console.print(md, markup=False, highlight=False)
-    if json_out:
-        write_json(result, json_out)
-    if report:
-        report.mkdir(parents=True, exist_ok=True)
-        (report / "retrieval.md").write_text(md)
+    _emit(retrieval_markdown(result), result, json_out, report, "retrieval")

@@ -65,6 +65,13 @@ def retrieval_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     """speedup.png, tau_hist.png, acceptance_by_position.png, speedup_vs_copied.png."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -80,10 +87,7 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     ax.set_ylabel("decode speedup vs hf_greedy (×)")
     ax.tick_params(axis="x", rotation=30)
     ax.legend()
-    fig.tight_layout()
-    paths.append(out_dir / "speedup.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_save(fig, out_dir / "speedup.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for m, sizes in report["block_sizes"].items():
@@ -92,10 +96,7 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     ax.set_xlabel("tokens committed per target pass")
     ax.set_ylabel("passes")
     ax.legend()
-    fig.tight_layout()
-    paths.append(out_dir / "tau_hist.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_save(fig, out_dir / "tau_hist.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for m, acc in report["acceptance_by_position"].items():
@@ -105,10 +106,7 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(0, 1.05)
     ax.legend()
-    fig.tight_layout()
-    paths.append(out_dir / "acceptance_by_position.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_save(fig, out_dir / "acceptance_by_position.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in modes:
@@ -120,8 +118,5 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     ax.set_xlabel("fraction of the answer copied from the context (4-gram)")
     ax.set_ylabel("decode speedup vs hf_greedy (×)")
     ax.legend()
-    fig.tight_layout()
-    paths.append(out_dir / "speedup_vs_copied.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_save(fig, out_dir / "speedup_vs_copied.png"))
     return paths
