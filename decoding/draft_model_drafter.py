@@ -67,6 +67,9 @@ class DraftModelDrafter:
         self._committed: list[int] = []
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._sampling: SamplingParams | None = None
+        # Same tokenizer, but the embedding may be padded differently (Qwen2.5-0.5B vs -7B):
+        # q must live on the target's vocabulary and never propose an id the target lacks.
+        self._target_vocab = int(target.model.config.vocab_size)
 
     def begin(self, prompt_ids: Sequence[int], contexts: Sequence[Sequence[int]], target_cache: object,
               sampling: SamplingParams | None = None) -> None:
@@ -95,7 +98,11 @@ class DraftModelDrafter:
 
     def _forward(self, ids: list[int]) -> torch.Tensor:
         x = torch.tensor([ids], device=self.draft.device)
-        return self.model(input_ids=x, past_key_values=self._cache, use_cache=True).logits[0, -1]
+        logits = self.model(input_ids=x, past_key_values=self._cache, use_cache=True).logits[0, -1]
+        extra = self._target_vocab - logits.shape[-1]
+        if extra < 0:
+            return logits[: self._target_vocab]
+        return torch.nn.functional.pad(logits, (0, extra), value=float("-inf")) if extra else logits
 
     @torch.inference_mode()
     def propose(self, committed: Sequence[int] | None = None, max_tokens: int = 8) -> Draft:
@@ -115,6 +122,8 @@ class DraftModelDrafter:
                 break
             lcp += 1
         lcp = min(lcp, len(self._committed) - 1)  # always feed at least the last token
+        if max(self._committed[lcp:]) >= self.model.config.vocab_size:
+            return Draft([])  # the target emitted an id past the draft's (padded) vocabulary
         crop_cache(self._cache, lcp)
         logits = self._forward(self._committed[lcp:])
         tokens: list[int] = []

@@ -230,7 +230,8 @@ class SpeculativeEngine:
         ngram_draft = ngram.propose(None, gamma_max) if ngram is not None else None
         decision = policy.choose(ngram_draft, dm is not None, gamma_max)
         if decision.drafter != policy.current:
-            stats.switches.append({"at_token": len(stats.block_sizes), "from": policy.current,
+            # at_token: tokens emitted before this round (the prefill's token + decode tokens).
+            stats.switches.append({"at_token": 1 + stats.decode_tokens, "from": policy.current or "plain",
                                    "to": decision.drafter or "plain", "reason": decision.reason})
             policy.current = decision.drafter
         if decision.drafter == "ngram":

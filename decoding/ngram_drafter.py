@@ -35,7 +35,8 @@ class NGramDrafter:
     Args:
         max_ngram: longest suffix tried first (tokens).
         min_ngram: shortest suffix accepted (tokens, >= 1).
-        max_occurrences: occurrences kept per n-gram (most recent); bounds lookup cost.
+        max_occurrences: occurrences kept per n-gram and source priority (most recent);
+            bounds lookup cost without letting a repeated prompt n-gram evict a passage's.
 
     Tie-break among occurrences of the matched n-gram: source priority (output >
     passages > prompt), then how often the candidate's next token follows the n-gram,
@@ -50,7 +51,7 @@ class NGramDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.max_occurrences = max_occurrences
-        self._index: dict[tuple[int, ...], deque[_Occurrence]] = {}
+        self._index: dict[tuple[tuple[int, ...], int], deque[_Occurrence]] = {}  # (n-gram, priority)
         self._sources: list[list[int]] = []
         self._order = 0
         self._stream: list[int] = []  # prompt + output: source 0
@@ -61,7 +62,7 @@ class NGramDrafter:
         """Register every n-gram of the source that ends at position ``end`` (inclusive)."""
         tokens = self._sources[source]
         for n in range(self.min_ngram, min(self.max_ngram, end + 1) + 1):
-            key = tuple(tokens[end - n + 1 : end + 1])
+            key = (tuple(tokens[end - n + 1 : end + 1]), priority)
             occ = self._index.get(key)
             if occ is None:
                 occ = self._index[key] = deque(maxlen=self.max_occurrences)
@@ -109,9 +110,9 @@ class NGramDrafter:
         if max_tokens <= 0:
             return Draft([])
         for n in range(min(self.max_ngram, len(stream)), self.min_ngram - 1, -1):
-            occurrences = self._index.get(tuple(stream[len(stream) - n :]))
-            if not occurrences:
-                continue
+            key = tuple(stream[len(stream) - n :])
+            occurrences = [o for p in (PRIORITY_OUTPUT, PRIORITY_PASSAGE, PRIORITY_PROMPT)
+                           for o in self._index.get((key, p), ())]
             usable = [o for o in occurrences if o.continuation < len(self._sources[o.source])]
             if not usable:
                 continue

@@ -45,7 +45,8 @@ _DEC_TOKENIZERS = {"ops": ("ops", 64, False), "big": ("big", 1200, True), "alt":
 
 # model name -> build spec. "base" derives a draft from another model: "trunc" keeps its
 # first decoder layer (a self-speculative draft with its own KV layout), "noisy" perturbs
-# every weight (same KV layout as the target, so it shares the target's prompt KV cache).
+# every weight (same KV layout as the target, so it shares the target's prompt KV cache),
+# "padded" adds 16 embedding / LM-head rows (same tokenizer, larger model vocabulary).
 _DEC_MODELS = {
     "small": dict(tokenizer="ops", hidden=64, layers=2, init=0.1, seed=1),
     "small_trunc": dict(base="small", derive="trunc"),
@@ -164,7 +165,6 @@ class TinyModels:
             self._greedy[key] = out[0, len(prompt):].tolist()
         return self._greedy[key]
 
-
     def expected(self, name: str, prompt, max_new_tokens: int, eos=None, stop_strings=()) -> tuple[list[int], str, str]:
         """What plain greedy decoding plus stop handling emits: ``(ids, text, finish_reason)``.
 
@@ -209,7 +209,7 @@ def torch_one_thread():
 def _byte_token_ids(tokenizer, text: str) -> list[int]:
     """One token per UTF-8 byte of ``text`` (byte-level BPE with the full 256-byte alphabet),
     so multi-byte characters are split across tokens."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     cs, n = bs[:], 0
     for b in range(256):
         if b not in bs:
@@ -251,7 +251,8 @@ def scripted_target():
             self.sequence, self.vocab = list(sequence), vocab
             self.max_seen = self.passes = 0
 
-        def forward(self, input_ids, past_key_values=None, use_cache=True, **_):
+        def forward(self, input_ids, past_key_values=None, use_cache=True, cache=None, **_):
+            past_key_values = past_key_values if past_key_values is not None else cache
             past, n = past_key_values.get_seq_length(), input_ids.shape[1]
             past_key_values.update(torch.zeros(1, 1, n, 1), torch.zeros(1, 1, n, 1), 0)
             self.max_seen, self.passes = max(self.max_seen, past + n), self.passes + 1
@@ -307,7 +308,7 @@ def scripted_engine():
             self.script = script
             self.drafter = None
 
-        def _drafters(self, config, prompt, contexts, cache, sampling):
+        def _drafters(self, config, prompt, contexts, cache, *args, **kwargs):
             self.drafter = _ScriptedDrafter(self.script)
             self.drafter.begin(prompt, contexts, cache)
             return self.drafter, None

@@ -1,0 +1,175 @@
+"""Unit tests of the n-gram (prompt-lookup) drafter, plus a property test against a naive scan."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decoding.ngram_drafter import NGramDrafter
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+A, B, C, D, P, Q, R, X, Y, Z = range(10, 20)
+
+
+def drafter(prompt, contexts=(), output=(), max_ngram=4, min_ngram=2, **kw) -> NGramDrafter:
+    d = NGramDrafter(max_ngram, min_ngram, **kw)
+    d.begin(prompt, contexts)
+    d.observe(output)
+    return d
+
+
+def index_size(d: NGramDrafter) -> int:
+    return sum(len(v) for v in d._index.values())
+
+
+def test_longest_match_wins():
+    # "C D" alone points at Y (most recent passage), but "B C D" matches only in the other one.
+    d = drafter([B, C, D], contexts=[[Z, C, D, Y], [A, B, C, D, X, X]])
+    draft = d.propose(None, 3)
+    assert draft.tokens[0] == X and draft.match_length == 3
+
+
+def test_output_beats_passages_beats_prompt():
+    assert drafter([A, B, P, Z, A, B]).propose(None, 1).tokens == [P]
+    assert drafter([A, B, P, Z, A, B], contexts=[[A, B, Q]]).propose(None, 1).tokens == [Q]
+    d = drafter([A, B, P, Z], contexts=[[A, B, Q]], output=[A, B, R, Z, A, B])
+    assert d.propose(None, 1).tokens == [R]
+
+
+def test_more_frequent_continuation_beats_more_recent():
+    # Y follows "A B" in the best-ranked (most recent) passage, X in two others.
+    d = drafter([Z, A, B], contexts=[[A, B, Y], [A, B, X], [A, B, X]])
+    assert d.propose(None, 1).tokens == [X]
+
+
+def test_equal_frequency_prefers_the_more_recent():
+    d = drafter([Z, A, B], contexts=[[A, B, Y, Y], [A, B, X, X]])  # contexts[0] ranks best
+    assert d.propose(None, 2).tokens == [Y, Y]
+    d = drafter([A, B, P, Z, A, B, Q, Z, A, B])  # within one source: the later occurrence
+    assert d.propose(None, 1).tokens == [Q]
+
+
+def test_proposal_is_cut_at_max_tokens_and_the_source_end():
+    d = drafter([A, B], contexts=[[A, B, C, D, X, Y, Z]])
+    assert d.propose(None, 3).tokens == [C, D, X]
+    assert d.propose(None, 100).tokens == [C, D, X, Y, Z]
+    assert d.propose(None, 0).tokens == []
+
+
+def test_match_only_at_the_very_end_of_a_source():
+    """An occurrence with no continuation is skipped (shorter or other matches are used)."""
+    assert drafter([Z, A, B], contexts=[[C, A, B]]).propose(None, 4).tokens == []
+    d = drafter([Z, C, A, B], contexts=[[C, A, B], [Y, A, B, X]], max_ngram=3)
+    assert d.propose(None, 4).tokens == [X] and d.propose(None, 4).match_length == 2
+    assert drafter([Z, A, B], contexts=[[A, B, X]]).propose(None, 4).tokens == [X]  # one-token continuation
+
+
+def test_continuation_reads_the_live_output():
+    d = drafter([A, B], output=[A, B])  # stream A B A B: "A B" seen at 0..1, continued by A B
+    assert d.propose(None, 5).tokens == [A, B]
+    d.observe([A])
+    assert d.propose(None, 5).tokens == [B, A]
+
+
+def test_prompt_shorter_than_the_ngram_size():
+    d = drafter([A], max_ngram=5, min_ngram=3)
+    assert d.propose(None, 4).tokens == []
+    d.observe([B])
+    assert d.propose(None, 4).tokens == []
+    d.observe([C, A, B, C])  # A B C A B C: the 3-gram "A B C" recurs
+    assert d.propose(None, 4).tokens == [A, B, C]
+    assert drafter([A], min_ngram=1).propose(None, 2).tokens == []  # the only "A" is the suffix itself
+
+
+def test_min_ngram_must_be_valid():
+    for lo, hi in ((0, 3), (4, 3)):
+        with pytest.raises(ValueError):
+            NGramDrafter(hi, lo)
+
+
+def test_begin_resets_the_index():
+    d = drafter([A, B, X, A, B])
+    d.begin([A, B], [])
+    assert d.propose(None, 2).tokens == []
+
+
+@pytest.mark.parametrize("max_ngram,min_ngram", [(4, 2), (6, 1), (3, 3)])
+def test_observe_updates_the_index_in_O_max_ngram(max_ngram, min_ngram):
+    """Each committed token adds at most max_ngram - min_ngram + 1 entries, however long the
+    context is: no rescan."""
+    long_context = [[i % 97 for i in range(j, j + 3000)] for j in range(3)]
+    d = drafter(list(range(500)), contexts=long_context, max_ngram=max_ngram, min_ngram=min_ngram)
+    calls = []
+    add = d._add_position
+    d._add_position = lambda *a: calls.append(a) or add(*a)
+    for t in [5, 6, 7, 5, 6, 7, 8] * 10:
+        before_size, before_keys = index_size(d), len(d._index)
+        d.observe([t])
+        assert 0 <= index_size(d) - before_size <= max_ngram - min_ngram + 1
+        assert len(d._index) - before_keys <= max_ngram - min_ngram + 1
+    assert len(calls) == 70  # one position registered per observed token
+
+
+def test_occurrences_per_ngram_are_bounded():
+    d = drafter([A, B, X] * 50, max_occurrences=4)
+    assert all(len(v) <= 4 for v in d._index.values())
+    assert d.propose(None, 1).tokens == [A]  # ... A B X: "B X" continues with A
+
+
+def test_repeated_boilerplate_does_not_evict_a_passage_match():
+    """Bounding the occurrences kept per n-gram must not drop the preferred source: a passage
+    continuation still beats an n-gram the prompt repeats many times (chat-template boilerplate)."""
+    d = drafter([A, B, P] * 12 + [Z, A, B], contexts=[[A, B, X]], max_occurrences=8)  # only "A B" matches
+    assert d.propose(None, 1).tokens == [X]
+    d = drafter([A, B, P], contexts=[[A, B, X]], output=[A, B, R] * 12 + [Z, A, B], max_occurrences=8)
+    assert d.propose(None, 1).tokens == [R]  # the output still wins
+
+
+# -- property test against a naive scan ----------------------------------------------------------
+def naive_propose(prompt, contexts, output, max_ngram, min_ngram, max_tokens):
+    """The specification, by brute force: longest suffix n-gram; among its occurrences that
+    have a continuation, the highest source priority (output > passage > prompt), then the
+    most frequent next token, then the most recent (passages ranked best are the most recent)."""
+    stream = list(prompt) + list(output)
+    occurrences = []  # (source tokens, continuation index, priority), oldest first
+    for ctx in reversed([c for c in contexts if c]):
+        for end in range(len(ctx)):
+            occurrences.append((ctx, end, 1))
+    for end in range(len(stream)):
+        occurrences.append((stream, end, 0 if end < len(prompt) else 2))
+    for n in range(min(max_ngram, len(stream)), min_ngram - 1, -1):
+        key = stream[len(stream) - n :]
+        usable = [(src, end + 1, prio, order) for order, (src, end, prio) in enumerate(occurrences)
+                  if end + 1 >= n and src[end + 1 - n : end + 1] == key and end + 1 < len(src)]
+        if not usable:
+            continue
+        top = max(u[2] for u in usable)
+        usable = [u for u in usable if u[2] == top]
+        freq = {}
+        for src, cont, _, _ in usable:
+            freq[src[cont]] = freq.get(src[cont], 0) + 1
+        src, cont, _, _ = max(usable, key=lambda u: (freq[u[0][u[1]]], u[3]))
+        return src[cont : cont + max_tokens], n
+    return [], 0
+
+
+tokens = st.lists(st.integers(0, 3), max_size=25)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(prompt=st.lists(st.integers(0, 3), min_size=1, max_size=25), contexts=st.lists(tokens, max_size=3),
+       output=tokens, sizes=st.sampled_from([(1, 1), (2, 1), (3, 2), (4, 2), (5, 3)]),
+       max_tokens=st.integers(1, 6))
+def test_matches_a_naive_scan(prompt, contexts, output, sizes, max_tokens):
+    max_ngram, min_ngram = sizes
+    d = drafter(prompt, contexts, max_ngram=max_ngram, min_ngram=min_ngram, max_occurrences=10_000)
+    for i, t in enumerate(output):  # check after every observed token, as in decoding
+        draft = d.propose(None, max_tokens)
+        want = naive_propose(prompt, contexts, output[:i], max_ngram, min_ngram, max_tokens)
+        assert (draft.tokens, draft.match_length if draft.tokens else 0) == want
+        d.observe([t])
+    draft = d.propose(None, max_tokens)
+    assert (draft.tokens, draft.match_length if draft.tokens else 0) == naive_propose(
+        prompt, contexts, output, max_ngram, min_ngram, max_tokens)
