@@ -133,7 +133,8 @@ class SpeculativeEngine:
             cancel: polled between rounds; returning True ends with ``"cancelled"``.
 
         Raises:
-            PromptError: empty prompt, or the prompt alone fills the context window.
+            PromptError: empty prompt, ids outside the vocabulary, or the prompt alone
+                fills the context window.
         """
         prompt = [int(t) for t in prompt_ids]
         max_pos = self.target.max_positions
@@ -141,6 +142,9 @@ class SpeculativeEngine:
             raise PromptError("the prompt is empty: at least one token is needed")
         if len(prompt) >= max_pos:
             raise PromptError(f"the prompt has {len(prompt)} tokens; the model's context window is {max_pos}")
+        vocab = self.target.model.get_input_embeddings().num_embeddings
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise PromptError(f"prompt token ids outside the vocabulary [0, {vocab}): got {min(prompt)}..{max(prompt)}")
         with self._lock, torch.inference_mode():
             yield from self._run(prompt, config, [list(c) for c in contexts], cancel)
 

@@ -52,6 +52,12 @@ def test_empty_prompt_is_a_clear_error(engine, prompt):
         next(iter(engine.stream(prompt)))
 
 
+@pytest.mark.parametrize("prompt", [[-1, 3], [3, 10**6]])
+def test_prompt_ids_outside_the_vocabulary_are_a_clear_error(engine, prompt):
+    with pytest.raises(PromptError, match="vocabulary"):
+        engine.generate(prompt, GenerationConfig(max_new_tokens=4))
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_one_token_prompt(tiny_models, engine, mode):
     for token in (5, 17, 40):
