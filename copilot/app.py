@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from copilot import errors
 from copilot.config import Settings, get_settings
-from copilot.routers import ask, health
+from copilot.ingest_jobs import IngestJobManager
+from copilot.limits import BodyLimitMiddleware
+from copilot.metrics import Metrics, MetricsMiddleware
+from copilot.routers import ask, chat, documents, health, ingest, metrics
 from copilot.service import CopilotService
 from copilot.worker import GenerationWorker
 
@@ -19,23 +25,44 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
     """Build the app. The service (store + models) is created at start-up unless given.
 
     Args:
-        settings: defaults to :func:`get_settings` (environment).
-        service: an already-built service (tests share one across apps).
+        settings: defaults to :func:`get_settings` (environment and config file).
+        service: an already-built service (tests share one across apps); it is not closed
+            at shutdown.
+    Routes: ``/v1/ask``, ``/v1/chat/completions``, ``/v1/models``, ``/v1/ingest``,
+    ``/v1/documents``, ``/healthz``, ``/readyz``, ``/metrics`` (see ``/docs``).
     """
     settings = settings or get_settings()
+    app_metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.settings = settings
-        app.state.service = service or CopilotService.from_settings(settings)
-        app.state.worker = GenerationWorker(max_queue=settings.queue_size)
+        app.state.metrics = app_metrics
+        app.state.started_at = time.time()
+        if service is None:
+            app.state.service = await asyncio.to_thread(CopilotService.from_settings, settings)
+            await asyncio.to_thread(app.state.service.warm_up)
+        else:
+            app.state.service = service
+        app.state.worker = GenerationWorker(max_queue=settings.queue_size, retry_after_s=settings.retry_after_s)
+        app_metrics.bind_queue(lambda: app.state.worker.depth)
+        app.state.ingest_jobs = IngestJobManager(
+            app.state.service.store, settings.uploads_dir,
+            on_finish=lambda job: app_metrics.ingest_jobs.labels(job.status).inc())
         log.info("OpsCopilot ready: model %s, store %s", settings.target_model,
                  settings.chroma_url or settings.data_dir)
-        yield
-        app.state.worker.close()
+        try:
+            yield
+        finally:
+            app.state.ingest_jobs.close()
+            app.state.worker.close()
 
     app = FastAPI(title="OpsCopilot", version="0.1.0", lifespan=lifespan,
                   description="Question answering over operations logbooks and tickets, with citations.")
-    app.include_router(health.router)
-    app.include_router(ask.router)
+    errors.install(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
+                       max_upload_bytes=settings.max_upload_bytes, upload_paths=("/v1/ingest",))
+    app.add_middleware(MetricsMiddleware, metrics=app_metrics)  # outermost: 413s are counted too
+    for router in (health.router, metrics.router, ask.router, chat.router, ingest.router, documents.router):
+        app.include_router(router)
     return app

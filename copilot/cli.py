@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich.console import Console
 
 from copilot.config import Settings
@@ -17,13 +19,30 @@ app = typer.Typer(help="OpsCopilot: answers over operations logbooks and tickets
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 documents_app = typer.Typer(help="List or delete stored documents.", no_args_is_help=True)
 app.add_typer(documents_app, name="documents")
+
+
+def _add_eval_commands() -> None:
+    """``copilot eval exactness|latency|retrieval`` (the evals package, when installed)."""
+    try:
+        from evals.cli import eval_app
+    except ImportError:  # an install without the evals package
+        return
+    app.add_typer(eval_app, name="eval")
+
+
+_add_eval_commands()
 console = Console()
 err = Console(stderr=True)
 
 
 def _settings() -> Settings:
+    """The effective settings; a bad config file or variable exits with status 2 and the reason."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return Settings()
+    try:
+        return Settings()
+    except (ValidationError, SettingsError, FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]invalid configuration: {exc}[/red]", highlight=False)
+        raise typer.Exit(2) from exc
 
 
 def _store(settings: Settings):
@@ -65,25 +84,39 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
 def ask(question: str = typer.Argument(..., help="the question"),
         top_k: Optional[int] = typer.Option(None, help="passages to retrieve"),
         max_new_tokens: Optional[int] = typer.Option(None, help="answer budget in tokens"),
-        show_stats: bool = typer.Option(False, "--stats", help="print decoding statistics")) -> None:
+        show_stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
+        doc_type: Optional[list[str]] = typer.Option(None, "--doc-type", help="only these document types (repeat)"),
+        source: Optional[str] = typer.Option(None, help="only this source path, as stored"),
+        key: Optional[str] = typer.Option(None, help="only this ticket key / ELOG MID"),
+        since: Optional[str] = typer.Option(None, help="created at or after (ISO 8601 date or time)"),
+        until: Optional[str] = typer.Option(None, help="created at or before (ISO 8601 date or time)")) -> None:
     """Answer a question, streaming to the terminal, then list the sources."""
     from copilot.prompting import PromptTooLongError
+    from copilot.schemas import Filters
     from copilot.service import CopilotService
 
+    try:
+        filters = Filters(doc_types=doc_type or [], source=source, ticket_key=key, since=since, until=until)
+    except ValidationError as exc:
+        err.print(f"[red]invalid filter: {exc}[/red]", highlight=False)
+        raise typer.Exit(2) from exc
     settings = _settings()
     service = CopilotService.from_settings(settings)
     try:
-        prepared = service.prepare(question, top_k=top_k, config=service.generation_config(max_new_tokens))
+        prepared = service.prepare(question, top_k=top_k, config=service.generation_config(max_new_tokens),
+                                   flt=filters.to_search_filter())
     except (ValueError, PromptTooLongError) as exc:
-        err.print(f"[red]{exc}[/red]")
+        err.print(f"[red]{exc}[/red]", highlight=False)
         raise typer.Exit(2)
     result = None
     for event in service.stream(prepared):
         console.print(event.delta, end="", soft_wrap=True, highlight=False, markup=False)
         result = event.result or result
     console.print()
+    if not prepared.prompt.passages:
+        err.print("no sources: the store is empty or nothing matched")
     for p in prepared.prompt.passages:
-        console.print(f"[bold][{p.n}][/bold] {p.chunk.doc_id}  [dim]{p.title}[/dim]", highlight=False)
+        console.print(f"[{p.n}] {p.chunk.doc_id}  {p.title}", highlight=False, markup=False, soft_wrap=True)
     if show_stats and result is not None:
         console.print_json(json.dumps(result.stats.to_dict()))
 
@@ -114,11 +147,10 @@ def serve(host: Optional[str] = typer.Option(None, help="bind address (default f
 
 @documents_app.command("list")
 def documents_list(offset: int = typer.Option(0, min=0), limit: int = typer.Option(50, min=1, max=1000)) -> None:
-    """List stored documents (paged)."""
+    """List stored documents (paged): doc_id, type, chunks, title; tab-separated."""
     rows, total = _store(_settings()).list_documents(offset, limit)
     for row in rows:
-        console.print(f"{row['doc_id']}\t{row.get('doc_type', '')}\t{row.get('n_chunks', '')}\t{row.get('title') or ''}",
-                      highlight=False, markup=False)
+        typer.echo(f"{row['doc_id']}\t{row.get('doc_type') or ''}\t{row.get('n_chunks', '')}\t{row.get('title') or ''}")
     err.print(f"{len(rows)} of {total} documents (offset {offset})")
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
+from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict,
                                TomlConfigSettingsSource, YamlConfigSettingsSource)
 
 from decoding.models import EMBEDDED_TARGET_ID
@@ -50,12 +51,16 @@ class Settings(BaseSettings):
     # web API
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: list[SecretStr] = Field(default_factory=list, description="Bearer keys; empty = no auth")
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Bearer keys (comma-separated in the environment); empty = no auth")
     require_key_for_ask: bool = False
-    max_body_bytes: int = Field(1_000_000, ge=1024, description="JSON request body limit")
-    max_upload_bytes: int = Field(50_000_000, ge=1024, description="multipart ingest upload limit")
-    ingest_root: Path | None = Field(None, description="server-side ingest paths must lie under it")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="JSON request body limit (bytes)")
+    max_upload_bytes: int = Field(50_000_000, ge=1024, description="multipart ingest upload limit (bytes)")
+    max_upload_files: int = Field(100, ge=1, description="files per multipart ingest upload")
+    ingest_root: Path | None = Field(None, description="server-side ingest paths must lie under it; unset = disabled")
     queue_size: int = Field(8, ge=1, description="requests waiting for the generation worker")
+    retry_after_s: int = Field(5, ge=1, le=3600, description="minimum Retry-After hint when the queue is full (s)")
+    model_alias: str = Field("opscopilot", min_length=1, description="model id served by /v1/models besides the target's")
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -82,13 +87,30 @@ class Settings(BaseSettings):
 
     @property
     def model_cache_dir(self) -> Path:
+        """Where converted models are cached (``data_dir/models``)."""
         return self.data_dir / "models"
 
+    @property
+    def uploads_dir(self) -> Path:
+        """Where files uploaded to ``POST /v1/ingest`` are kept (``data_dir/uploads/<job-id>/``)."""
+        return self.data_dir / "uploads"
+
     def masked(self) -> dict:
-        """Effective settings as JSON-able values, secrets masked."""
+        """Effective settings as JSON-able values; API keys and URL passwords masked."""
         out = self.model_dump(mode="json")
         out["api_keys"] = ["***" for _ in self.api_keys]
+        if self.chroma_url:
+            out["chroma_url"] = _mask_url(self.chroma_url)
         return out
+
+
+def _mask_url(url: str) -> str:
+    """``http://user:secret@host`` → ``http://user:***@host`` (other URLs unchanged)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @lru_cache

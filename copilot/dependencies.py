@@ -1,4 +1,4 @@
-"""FastAPI dependencies: settings, the service, the worker, API-key auth."""
+"""FastAPI dependencies: settings, the service, the worker, metrics, ingest jobs, API-key auth."""
 
 from __future__ import annotations
 
@@ -8,42 +8,69 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from copilot.config import Settings
+from copilot.ingest_jobs import IngestJobManager
+from copilot.metrics import Metrics
 from copilot.service import CopilotService
 from copilot.worker import GenerationWorker
 
-_bearer = HTTPBearer(auto_error=False)
+_bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_KEYS")
 
 
 def get_settings(request: Request) -> Settings:
+    """The app's settings."""
     return request.app.state.settings
 
 
 def get_service(request: Request) -> CopilotService:
+    """The app's service (store, retriever, engine)."""
     return request.app.state.service
 
 
 def get_worker(request: Request) -> GenerationWorker:
+    """The generation worker."""
     return request.app.state.worker
 
 
-def _check_key(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> None:
+def get_metrics(request: Request) -> Metrics:
+    """The app's Prometheus metrics."""
+    return request.app.state.metrics
+
+
+def get_ingest_jobs(request: Request) -> IngestJobManager:
+    """The ingest job manager."""
+    return request.app.state.ingest_jobs
+
+
+def _check_key(settings: Settings, request: Request, credentials: HTTPAuthorizationCredentials | None) -> None:
+    """401 without a usable ``Authorization: Bearer`` header, 403 for a key that is not configured."""
     if not settings.api_keys:
         return
     if credentials is None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing API key: send 'Authorization: Bearer <key>'",
-                            headers={"WWW-Authenticate": "Bearer"})
-    if not any(secrets.compare_digest(credentials.credentials, k.get_secret_value()) for k in settings.api_keys):
+        header = request.headers.get("authorization")
+        reason = ("missing API key: send 'Authorization: Bearer <key>'" if not header
+                  else "malformed Authorization header: expected 'Bearer <key>'")
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, reason, headers={"WWW-Authenticate": "Bearer"})
+    given = credentials.credentials.encode()
+    if not any(secrets.compare_digest(given, k.get_secret_value().encode()) for k in settings.api_keys):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "invalid API key")
 
 
-def require_api_key(settings: Settings = Depends(get_settings),
+def require_api_key(request: Request, settings: Settings = Depends(get_settings),
                     credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """Ingest and delete: a valid key is required whenever keys are configured."""
-    _check_key(settings, credentials)
+    """Ingest and delete: a valid key is required whenever keys are configured.
+
+    Raises:
+        HTTPException: 401 (no or malformed key) or 403 (unknown key).
+    """
+    _check_key(settings, request, credentials)
 
 
-def ask_auth(settings: Settings = Depends(get_settings),
+def ask_auth(request: Request, settings: Settings = Depends(get_settings),
              credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """Ask: a key is required only with ``require_key_for_ask``."""
+    """Ask and chat: a key is required only with ``require_key_for_ask``.
+
+    Raises:
+        HTTPException: 401 or 403 as :func:`require_api_key`.
+    """
     if settings.require_key_for_ask:
-        _check_key(settings, credentials)
+        _check_key(settings, request, credentials)

@@ -1,57 +1,253 @@
-"""Running a prepared question on the generation worker from async request handlers."""
+"""Running a question on the generation worker from async request handlers.
+
+Shared by ``/v1/ask`` and ``/v1/chat/completions``. :func:`start` makes the cheap checks
+(422 bad question, 413 question over the prompt budget) and queues one job (full queue →
+503 with Retry-After) that retrieves, builds the prompt and decodes. Retrieval runs on the
+worker, not beside it: on a CPU-only host both are compute-bound, and running the query
+embedding while another request decodes slows both (measured on 2 cores: retrieval
+20 → 135 ms). :meth:`GenerationRun.prepared` waits for the prompt (sources known; a late
+413/422 from prompt building surfaces here), and :meth:`GenerationRun.deltas` streams the
+text, cancelling the job when the client disconnects or the consumer stops.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import queue
+import logging
+import time
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from fastapi import HTTPException, Request, status
 
+from copilot.metrics import Metrics
 from copilot.prompting import PromptTooLongError
 from copilot.service import CopilotService, Prepared
 from copilot.worker import DONE, GenerationWorker, Job, QueueFullError
+from decoding.engine import GenerationResult
 
+log = logging.getLogger(__name__)
+
+#: Seconds between client-disconnect checks while waiting for the worker.
 POLL_S = 0.25
 
 
-async def prepare(service: CopilotService, question: str, **kwargs: Any) -> Prepared:
-    """Retrieve and build the prompt off the event loop; bad input → 413/422."""
-    try:
-        return await asyncio.to_thread(service.prepare, question, **kwargs)
-    except PromptTooLongError as exc:
-        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, str(exc)) from exc
-    except ValueError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+class GenerationFailedError(RuntimeError):
+    """The engine raised while generating (reported as HTTP 500 or an SSE ``error`` event)."""
 
 
-def submit(worker: GenerationWorker, service: CopilotService, prepared: Prepared) -> Job:
-    """Queue the decode; a full queue → 503 with Retry-After."""
-
-    def run(emit, cancelled) -> None:
-        for event in service.stream(prepared, cancel=cancelled):
-            emit(event)
-
-    try:
-        return worker.submit(run)
-    except QueueFullError as exc:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc),
-                            headers={"Retry-After": str(exc.retry_after_s)}) from exc
+class ClientGoneError(Exception):
+    """The client disconnected before the answer started."""
 
 
-async def events(job: Job, request: Request) -> AsyncIterator[Any]:
-    """The job's events; cancels the job when the client disconnects or the consumer stops."""
-    try:
+@dataclass
+class _PromptReady:
+    prepared: Prepared
+
+
+@dataclass
+class _PromptRejected:
+    exc: Exception
+
+
+def _as_http(exc: Exception) -> HTTPException:
+    """Map :meth:`CopilotService.prepare` errors to 413 / 422 / 503."""
+    if isinstance(exc, PromptTooLongError):
+        return HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc))
+    if isinstance(exc, ValueError):
+        return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
+    return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc))
+
+
+@dataclass
+class Outcome:
+    """A finished (or stopped) generation as the handlers report it.
+
+    Attributes:
+        text: the answer text.
+        finish_reason: ``eos | stop | length | cancelled`` from the engine; ``stop`` for the
+            fixed no-context answer.
+        stats: engine statistics plus ``retrieval_ms`` (retrieval and prompt building),
+            ``queue_ms`` (wait for the worker) and ``finish_reason``; ``no_context: true``
+            when nothing was retrieved.
+        prompt_tokens / completion_tokens: token counts for OpenAI-style ``usage``.
+    """
+
+    text: str
+    finish_reason: str
+    stats: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class GenerationRun:
+    """One queued question, consumed by an async request handler."""
+
+    def __init__(self, job: Job, service: CopilotService, metrics: Metrics, endpoint: str, started: float) -> None:
+        self.job = job
+        self.service = service
+        self.metrics = metrics
+        self.endpoint = endpoint
+        self.started = started
+        self.text = ""
+        self.result: GenerationResult | None = None
+        self.disconnected = False
+        self._prepared: Prepared | None = None
+        self._last_check = time.monotonic()
+
+    async def _next(self, request: Request, check_disconnect: bool) -> Any:
+        """The job's next event; None when the client disconnected (the job is then cancelled).
+
+        Raises:
+            GenerationFailedError: the job raised.
+        """
         while True:
             try:
-                event = await asyncio.to_thread(job.next_event, POLL_S)
-            except queue.Empty:
+                event = await self.job.next_event_async(POLL_S)
+            except TimeoutError:
+                event = None
+            except Exception as exc:
+                raise GenerationFailedError(f"generation failed: {type(exc).__name__}: {exc}") from exc
+            if check_disconnect and (event is None or time.monotonic() - self._last_check >= POLL_S):
+                self._last_check = time.monotonic()
                 if await request.is_disconnected():
-                    job.cancel()
+                    log.info("client disconnected: cancelling its generation")
+                    self.disconnected = True
+                    self.job.cancel()
+                    return None
+            if event is not None:
+                return event
+
+    async def prepared(self, request: Request) -> Prepared:
+        """Wait (through the queue) until the worker has retrieved and built the prompt.
+
+        Raises:
+            HTTPException: 413/422 when prompt building refused the question, 503 without a
+                model, 500 when the job failed, 499 when the client left while waiting.
+        """
+        try:
+            event = await self._next(request, check_disconnect=True)
+        except GenerationFailedError as exc:
+            raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)) from exc
+        if event is None or event is DONE:
+            self.job.cancel()
+            raise HTTPException(499, "client closed the request")
+        if isinstance(event, _PromptRejected):
+            raise _as_http(event.exc)
+        assert isinstance(event, _PromptReady), event
+        self._prepared = event.prepared
+        return event.prepared
+
+    async def deltas(self, request: Request, check_disconnect: bool = True) -> AsyncIterator[str]:
+        """Yield the answer's text deltas as the worker commits them (after :meth:`prepared`).
+
+        Args:
+            request: the request (polled for a client disconnect).
+            check_disconnect: poll ``request.is_disconnected()`` every :data:`POLL_S` seconds
+                (off for SSE, where sse-starlette watches the connection itself).
+        Raises:
+            GenerationFailedError: the engine failed.
+        The job is cancelled when the client disconnects or the consumer stops iterating.
+        """
+        first = True
+        try:
+            while True:
+                event = await self._next(request, check_disconnect)
+                if event is None or event is DONE:
                     return
-                continue
-            if event is DONE:
-                return
-            yield event
-    finally:
-        job.cancel()  # no-op after completion; stops generation if we were interrupted
+                if event.result is not None:
+                    self.result = event.result
+                if event.delta:
+                    if first:
+                        self.metrics.ttft.labels(self.endpoint).observe(time.perf_counter() - self.started)
+                        first = False
+                    self.text += event.delta
+                    yield event.delta
+        finally:
+            self.job.cancel()  # no-op after completion; stops the generation if we were interrupted
+
+    async def complete(self, request: Request) -> Outcome:
+        """Consume the whole answer (non-streaming handlers).
+
+        Raises:
+            HTTPException: 500 when the engine failed.
+        """
+        try:
+            async for _ in self.deltas(request):
+                pass
+        except GenerationFailedError as exc:
+            raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)) from exc
+        return self.outcome()
+
+    def outcome(self) -> Outcome:
+        """The text so far with its statistics (call after :meth:`deltas` ended)."""
+        prepared = self._prepared
+        assert prepared is not None, "call prepared() first"
+        prompt_tokens = len(prepared.prompt.input_ids)
+        if self.result is not None:
+            stats = self.result.stats.to_dict()
+            reason = self.result.finish_reason
+            completion = len(self.result.token_ids)
+        else:
+            reason = "cancelled" if self.disconnected else "stop"
+            completion = self.service.count_tokens(self.text)
+            stats = {"prompt_tokens": prompt_tokens, "new_tokens": completion}
+            if not prepared.prompt.passages:
+                stats["no_context"] = True
+        stats["retrieval_ms"] = round(prepared.retrieval_ms, 2)
+        if self.job.queue_ms is not None:
+            stats["queue_ms"] = round(self.job.queue_ms, 2)
+        stats["finish_reason"] = reason
+        return Outcome(self.text, reason, stats, prompt_tokens, completion)
+
+
+def start(request: Request, service: CopilotService, worker: GenerationWorker, metrics: Metrics, question: str, *,
+          endpoint: str, started: float | None = None, **prepare_kwargs: Any) -> GenerationRun:
+    """Check ``question`` and queue its retrieval and decoding on the worker.
+
+    Args:
+        request: the request being answered.
+        endpoint: metric label (``ask`` or ``chat``).
+        started: ``time.perf_counter()`` when the request arrived (for TTFT; default now).
+        prepare_kwargs: ``top_k``, ``flt``, ``history``, ``config`` as :meth:`CopilotService.prepare`.
+    Raises:
+        HTTPException: 422 bad question, 413 question over the prompt budget, 503 no model or
+            a full queue (with ``Retry-After``).
+    """
+    submitted = time.perf_counter()
+    try:
+        question = service.check(question, prepare_kwargs.get("config"))
+    except (ValueError, RuntimeError) as exc:
+        raise _as_http(exc) from exc
+
+    def run(emit, cancelled) -> None:
+        metrics.queue_wait.observe(time.perf_counter() - submitted)
+        if cancelled():  # the client left while queued
+            metrics.observe_generation("cancelled")
+            return
+        try:
+            prepared = service.prepare(question, **prepare_kwargs)
+        except (ValueError, RuntimeError) as exc:  # PromptTooLongError is a ValueError
+            emit(_PromptRejected(exc))
+            return
+        emit(_PromptReady(prepared))
+        result = None
+        try:
+            for event in service.stream(prepared, cancel=cancelled):
+                emit(event)
+                result = event.result or result
+        except Exception:
+            metrics.observe_generation("error")
+            raise
+        if result is None:
+            metrics.observe_generation("cancelled" if cancelled() else "no_context")
+        else:
+            metrics.observe_generation(result.finish_reason, result.stats.to_dict())
+
+    try:
+        job = worker.submit(run, asyncio.get_running_loop())
+    except QueueFullError as exc:
+        metrics.queue_rejections.inc()
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc),
+                            headers={"Retry-After": str(exc.retry_after_s)}) from exc
+    return GenerationRun(job, service, metrics, endpoint, started or submitted)

@@ -74,6 +74,11 @@ def _render(tokenizer: PreTrainedTokenizerBase, passages: list[Passage], history
     return list(ids)
 
 
+def bare_prompt_tokens(tokenizer: PreTrainedTokenizerBase, question: str) -> int:
+    """Tokens of the prompt with the instructions and the question only (no passages, no history)."""
+    return len(_render(tokenizer, [], [], question))
+
+
 def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, passages: list[Passage], budget_tokens: int,
                  history: list[ChatTurn] | None = None) -> BuiltPrompt:
     """Fit instructions, question, history and passages into ``budget_tokens``.

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime, time, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from copilot.retrieval import Passage
 from ingestion.documents import SearchFilter
@@ -19,16 +19,46 @@ class Filters(BaseModel):
     doc_types: list[Literal["elog", "shiftlog", "postmortem", "jira", "csv_ticket", "jsonl", "text"]] = []
     source: str | None = Field(None, description="exact source path as stored, e.g. logbooks/operations.elog")
     ticket_key: str | None = Field(None, description="ticket key or ELOG MID exactly as written")
-    since: datetime | None = Field(None, description="created at or after (ISO 8601)")
-    until: datetime | None = Field(None, description="created at or before (ISO 8601)")
+    since: datetime | None = Field(None, description="created at or after (ISO 8601; no zone = UTC; "
+                                   "a bare date = its start)")
+    until: datetime | None = Field(None, description="created at or before (ISO 8601; no zone = UTC; "
+                                   "a bare date = its end, so the day is included)")
+
+    @field_validator("since", "until", mode="before")
+    @classmethod
+    def _bare_dates(cls, v: object, info) -> object:
+        """A bare ``YYYY-MM-DD`` means the start (``since``) or the end (``until``) of that UTC day."""
+        day = v if isinstance(v, date) and not isinstance(v, datetime) else None
+        if isinstance(v, str) and len(v.strip()) == 10:
+            try:
+                day = date.fromisoformat(v.strip())
+            except ValueError:
+                return v  # let the datetime validation report it
+        if day is None:
+            return v
+        return datetime.combine(day, time.max if info.field_name == "until" else time.min, timezone.utc)
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return v.replace(tzinfo=timezone.utc) if v is not None and v.tzinfo is None else v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Filters":
+        if self.since and self.until and self.since > self.until:
+            raise ValueError(f"since ({self.since.isoformat()}) is after until ({self.until.isoformat()})")
+        return self
 
     def to_search_filter(self) -> SearchFilter:
+        """The store's filter (times as epoch seconds)."""
         return SearchFilter(tuple(self.doc_types), self.source, self.ticket_key,
                             int(self.since.timestamp()) if self.since else None,
                             int(self.until.timestamp()) if self.until else None)
 
 
 class HistoryMessage(BaseModel):
+    """An earlier turn of the conversation."""
+
     role: Literal["user", "assistant"]
     content: str = Field(max_length=20_000)
 
@@ -58,24 +88,33 @@ class SourceOut(BaseModel):
     source: str
     title: str
     key: str | None = Field(None, description="ELOG MID or ticket key")
+    doc_type: str | None = None
+    created: str | None = Field(None, description="when the entry was written (ISO 8601), if known")
     snippet: str
     score: float
 
     @classmethod
     def from_passage(cls, p: Passage) -> "SourceOut":
+        """The API view of a prompt passage."""
         meta = p.chunk.metadata
         key = meta.get("ticket_key") or meta.get("mid")
+        created = meta.get("created")
         return cls(n=p.n, chunk_id=p.chunk.chunk_id, doc_id=p.chunk.doc_id, source=p.source, title=p.title,
-                   key=None if key is None else str(key), snippet=p.snippet(), score=round(p.score, 6))
+                   key=None if key is None else str(key), doc_type=meta.get("doc_type"),
+                   created=None if created is None else str(created), snippet=p.snippet(), score=round(p.score, 6))
 
 
 class AskResponse(BaseModel):
+    """``POST /v1/ask`` (non-streaming): ``[n]`` in ``answer`` cites ``sources[n-1]``."""
+
     answer: str
     sources: list[SourceOut]
     stats: dict[str, Any]
 
 
 class ErrorResponse(BaseModel):
+    """Every 4xx/5xx body: ``detail`` says why."""
+
     detail: str
 
 
@@ -89,3 +128,93 @@ class ReadyResponse(BaseModel):
     store_reachable: bool
     chunks: int | None = None
     detail: str | None = None
+
+
+# -- documents ----------------------------------------------------------------------------------
+class DocumentOut(BaseModel):
+    """A stored document (one logbook entry, shift, post-mortem or ticket)."""
+
+    doc_id: str = Field(description="source path + '#' + entry key, e.g. tickets/jira_export.json#OPS-101")
+    source: str
+    doc_type: str | None = None
+    title: str | None = None
+    key: str | None = Field(None, description="ELOG MID, ticket key, shift name or record id")
+    created: datetime | None = None
+    n_chunks: int
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "DocumentOut":
+        ts = row.get("created_ts")
+        return cls(doc_id=row["doc_id"], source=row["source"], doc_type=row.get("doc_type"), title=row.get("title"),
+                   key=row.get("key"), created=datetime.fromtimestamp(ts, timezone.utc) if ts is not None else None,
+                   n_chunks=int(row.get("n_chunks") or 0))
+
+
+class DocumentPage(BaseModel):
+    """``GET /v1/documents``: one page, ordered by source then id."""
+
+    total: int
+    offset: int
+    limit: int
+    documents: list[DocumentOut]
+
+
+class ChunkOut(BaseModel):
+    chunk_id: str
+    text: str
+
+
+class DocumentDetail(DocumentOut):
+    """``GET /v1/documents/{doc_id}``: the document with its chunks."""
+
+    chunks: list[ChunkOut]
+
+
+class DeleteResponse(BaseModel):
+    deleted: str = Field(description="the deleted document id")
+    chunks: int = Field(description="chunks removed")
+
+
+# -- ingest ---------------------------------------------------------------------------------------
+class IngestPathRequest(BaseModel):
+    """``POST /v1/ingest`` with JSON: ingest a server-side file or folder under ``ingest_root``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, max_length=4096,
+                      description="relative to the ingest root, or absolute inside it; no '..'")
+    prune: bool = Field(False, description="delete documents whose source file is gone or whose entry vanished")
+
+
+class IngestProgressOut(BaseModel):
+    files_done: int = 0
+    files_total: int = 0
+    current: str | None = None
+    documents_written: int = 0
+    chunks_written: int = 0
+    elapsed_s: float = 0.0
+
+
+class IngestJobOut(BaseModel):
+    """An ingest job: ``report`` (the per-file ingest report) is set once it finished."""
+
+    id: str
+    kind: Literal["upload", "path"]
+    status: Literal["queued", "running", "succeeded", "failed"]
+    created: datetime
+    started: datetime | None = None
+    finished: datetime | None = None
+    files: list[str] = Field(description="the files to ingest, as sources")
+    progress: IngestProgressOut
+    report: dict[str, Any] | None = None
+    error: str | None = None
+    warnings: list[str] = []
+
+
+class IngestAccepted(BaseModel):
+    """``POST /v1/ingest`` → 202: poll ``status_url``."""
+
+    id: str
+    status: Literal["queued", "running", "succeeded", "failed"]
+    status_url: str
+    files: list[str]

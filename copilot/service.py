@@ -10,7 +10,8 @@ from typing import Callable, Iterator
 import torch
 
 from copilot.config import Settings
-from copilot.prompting import NO_CONTEXT_ANSWER, BuiltPrompt, ChatTurn, build_prompt
+from copilot.prompting import (NO_CONTEXT_ANSWER, BuiltPrompt, ChatTurn, PromptTooLongError, bare_prompt_tokens,
+                               build_prompt)
 from copilot.retrieval import HybridRetriever, Passage
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.derived_draft import DERIVED_PREFIX, derive_draft
@@ -85,7 +86,14 @@ class CopilotService:
 
     @property
     def model_name(self) -> str:
+        """The target model's id or path as configured."""
         return self.settings.target_model
+
+    def count_tokens(self, text: str) -> int:
+        """Number of target-tokenizer tokens in ``text`` (no special tokens; 0 without a model)."""
+        if not text or self.engine is None:
+            return 0
+        return len(self.engine.target.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generation_config(self, max_new_tokens: int | None = None, **overrides) -> GenerationConfig:
         """Defaults from the settings; ``max_new_tokens`` above the cap raises ValueError."""
@@ -96,13 +104,20 @@ class CopilotService:
         overrides.setdefault("num_speculative_tokens", self.settings.num_speculative_tokens)
         return GenerationConfig(max_new_tokens=n, **overrides)
 
-    def prepare(self, question: str, *, top_k: int | None = None, flt: SearchFilter | None = None,
-                history: list[ChatTurn] | None = None, config: GenerationConfig | None = None) -> Prepared:
-        """Retrieve and build the prompt.
+    def warm_up(self) -> None:
+        """Load the embedding model and touch both indexes now, not on the first request (seconds)."""
+        self.retriever.retrieve("warm-up", 1)
+
+    def prompt_budget(self, config: GenerationConfig) -> int:
+        """Prompt tokens allowed: ``max_prompt_tokens``, capped by the context window minus the answer budget."""
+        return min(self.settings.max_prompt_tokens, self.engine.target.max_positions - config.max_new_tokens)
+
+    def check(self, question: str, config: GenerationConfig | None = None) -> str:
+        """The cheap checks :meth:`prepare` starts with (no retrieval); returns the stripped question.
 
         Raises:
             ValueError: empty question or one longer than ``max_question_chars``.
-            PromptTooLongError: the question does not fit the prompt budget.
+            PromptTooLongError: the question with the instructions alone exceeds the prompt budget.
             RuntimeError: no model is loaded.
         """
         if self.engine is None:
@@ -113,14 +128,25 @@ class CopilotService:
         if len(question) > self.settings.max_question_chars:
             raise ValueError(f"the question has {len(question)} characters; the limit is "
                              f"{self.settings.max_question_chars}")
+        budget = self.prompt_budget(config or self.generation_config())
+        needed = bare_prompt_tokens(self.engine.target.tokenizer, question)
+        if needed > budget:
+            raise PromptTooLongError(f"the question needs {needed} prompt tokens; the budget is {budget}")
+        return question
+
+    def prepare(self, question: str, *, top_k: int | None = None, flt: SearchFilter | None = None,
+                history: list[ChatTurn] | None = None, config: GenerationConfig | None = None) -> Prepared:
+        """Retrieve and build the prompt (``retrieval_ms`` covers both).
+
+        Raises:
+            ValueError, PromptTooLongError, RuntimeError: as :meth:`check`.
+        """
         config = config or self.generation_config()
+        question = self.check(question, config)
         t0 = time.perf_counter()
         passages = self.retriever.retrieve(question, top_k or self.settings.top_k, flt)
-        retrieval_ms = (time.perf_counter() - t0) * 1000
-        target = self.engine.target
-        budget = min(self.settings.max_prompt_tokens, target.max_positions - config.max_new_tokens)
-        prompt = build_prompt(target.tokenizer, question, passages, budget, history)
-        return Prepared(question, prompt, config, retrieval_ms)
+        prompt = build_prompt(self.engine.target.tokenizer, question, passages, self.prompt_budget(config), history)
+        return Prepared(question, prompt, config, (time.perf_counter() - t0) * 1000)
 
     def stream(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Iterator[StreamEvent]:
         """Decode a prepared question; the last event's ``result`` has the stats.

@@ -142,7 +142,7 @@ class SpeculativeEngine:
             raise PromptError("the prompt is empty: at least one token is needed")
         if len(prompt) >= max_pos:
             raise PromptError(f"the prompt has {len(prompt)} tokens; the model's context window is {max_pos}")
-        vocab = self.target.model.get_input_embeddings().num_embeddings
+        vocab = self.target.model.config.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
             raise PromptError(f"prompt token ids outside the vocabulary [0, {vocab}): got {min(prompt)}..{max(prompt)}")
         with self._lock, torch.inference_mode():

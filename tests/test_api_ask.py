@@ -69,3 +69,106 @@ def test_bad_requests_get_a_reason(client, payload, code):
     r = client.post("/v1/ask", json=payload)
     assert r.status_code == code
     assert r.json()["detail"]
+
+
+def _sse(lines):
+    """(event, data) pairs of an SSE body."""
+    event = None
+    for line in lines:
+        if line.startswith("event:"):
+            event = line.split(":", 1)[1].strip()
+        elif line.startswith("data:"):
+            yield event, json.loads(line.split(":", 1)[1])
+
+
+def test_citations_map_to_the_numbered_passages_of_the_prompt(client, sample_service):
+    question = "Which command restarted the dCache pool on dc-pool-07?"
+    r = client.post("/v1/ask", json={"question": question, "max_new_tokens": 0, "top_k": 4})
+    assert r.status_code == 200, r.text
+    sources = r.json()["sources"]
+    prepared = sample_service.prepare(question, top_k=4, config=sample_service.generation_config(0))
+    assert [s["chunk_id"] for s in sources] == [p.chunk.chunk_id for p in prepared.prompt.passages]
+    prompt = sample_service.engine.target.tokenizer.decode(prepared.prompt.input_ids)
+    positions = [prompt.index(f"[{s['n']}] {s['source']}") for s in sources]
+    assert positions == sorted(positions)  # passage n is the n-th block of the prompt
+    chunks = sample_service.store.get_chunks([s["chunk_id"] for s in sources])
+    for s, pos in zip(sources, positions):
+        text = chunks[s["chunk_id"]].text.strip()
+        assert prompt[pos:].split("\n", 1)[1].startswith(text[:80])
+
+
+@pytest.mark.parametrize("filters,check", [
+    ({"doc_types": ["elog"]}, lambda s: s["doc_type"] == "elog"),
+    ({"source": "tickets/jira_export.json"}, lambda s: s["source"] == "tickets/jira_export.json"),
+    ({"ticket_key": "OPS-105"}, lambda s: s["doc_id"] == "tickets/jira_export.json#OPS-105"),
+    ({"since": "2026-01-27", "until": "2026-01-28"}, lambda s: "2026-01-27" <= s["created"][:10] <= "2026-01-28"),
+    ({"doc_types": ["jira"], "since": "2026-01-27T00:00:00Z"}, lambda s: s["doc_type"] == "jira"
+     and s["created"][:10] >= "2026-01-27"),
+])
+def test_filters_through_the_api(client, filters, check):
+    r = client.post("/v1/ask", json={"question": "pool disk certificate transfer failures", "top_k": 8,
+                                     "max_new_tokens": 0, "filters": filters})
+    assert r.status_code == 200, r.text
+    sources = r.json()["sources"]
+    assert sources and all(check(s) for s in sources), sources
+
+
+def test_bad_filters_are_422(client):
+    for filters in ({"doc_types": ["spreadsheet"]}, {"since": "yesterday"}, {"since": "2026-02-01", "until": "2026-01-01"},
+                    {"colour": "red"}):
+        r = client.post("/v1/ask", json={"question": "x", "filters": filters})
+        assert r.status_code == 422 and r.json()["detail"], filters
+
+
+def test_top_k_larger_than_the_collection(client, sample_service):
+    r = client.post("/v1/ask", json={"question": "pool", "top_k": 100, "max_new_tokens": 0})
+    assert r.status_code == 200, r.text
+    sources = r.json()["sources"]
+    assert 0 < len(sources) <= sample_service.store.count_chunks() < 100
+    assert [s["n"] for s in sources] == list(range(1, len(sources) + 1))
+
+
+def test_sse_wire_format(client):
+    with client.stream("POST", "/v1/ask", json={"question": "What was the resolution of OPS-107?",
+                                                "max_new_tokens": 6, "top_k": 2, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = list(_sse(r.iter_lines()))
+    kinds = [e for e, _ in events]
+    assert kinds[-1] == "done" and set(kinds[:-1]) <= {"delta"}
+    done = events[-1][1]
+    assert done["sources"][0]["doc_id"].endswith("#OPS-107")
+    stats = done["stats"]
+    assert stats["new_tokens"] <= 6 and stats["finish_reason"] in ("eos", "length") and "queue_ms" in stats
+    assert "retrieval_ms" in stats and "ttft_ms" in stats
+
+
+@pytest.fixture()
+def empty_client(tmp_path, embedded_engine, embedder):
+    from copilot.config import Settings
+    from copilot.service import CopilotService
+    from ingestion.store import ChunkStore
+
+    settings = Settings(data_dir=tmp_path, _env_file=None)
+    service = CopilotService(settings, ChunkStore(tmp_path, embedder=embedder), embedded_engine)
+    with TestClient(create_app(settings, service)) as c:
+        yield c
+
+
+def test_empty_store_answers_that_there_is_no_context(empty_client):
+    from copilot.prompting import NO_CONTEXT_ANSWER
+
+    r = empty_client.post("/v1/ask", json={"question": "How was the FNAL link fixed?"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["answer"] == NO_CONTEXT_ANSWER and body["sources"] == []
+    assert body["stats"]["no_context"] is True
+    with empty_client.stream("POST", "/v1/ask", json={"question": "anything?", "stream": True}) as r:
+        events = list(_sse(r.iter_lines()))
+    assert "".join(d["text"] for e, d in events if e == "delta") == NO_CONTEXT_ANSWER
+    assert events[-1][0] == "done" and events[-1][1]["sources"] == []
+    r = empty_client.post("/v1/chat/completions", json={"model": "opscopilot",
+                                                       "messages": [{"role": "user", "content": "anything?"}]})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == NO_CONTEXT_ANSWER
+    assert r.json()["choices"][0]["finish_reason"] == "stop" and r.json()["usage"]["completion_tokens"] > 0
+    assert empty_client.get("/v1/documents").json()["total"] == 0
+    assert empty_client.get("/readyz").json()["chunks"] == 0

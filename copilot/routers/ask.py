@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
 from copilot import generation
-from copilot.dependencies import ask_auth, get_service, get_worker
+from copilot.dependencies import ask_auth, get_metrics, get_service, get_worker
+from copilot.generation import GenerationFailedError
+from copilot.metrics import Metrics
 from copilot.prompting import ChatTurn
 from copilot.schemas import AskRequest, AskResponse, ErrorResponse, SourceOut
 from copilot.service import CopilotService
@@ -16,49 +19,45 @@ from copilot.worker import GenerationWorker
 
 router = APIRouter(prefix="/v1", tags=["ask"])
 
-_ERRORS = {401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
-           422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 413, 422, 500, 503)}
 
 
-@router.post("/ask", response_model=AskResponse, responses=_ERRORS, dependencies=[Depends(ask_auth)])
+@router.post("/ask", response_model=AskResponse, responses=ERRORS, dependencies=[Depends(ask_auth)])
 async def ask(body: AskRequest, request: Request, service: CopilotService = Depends(get_service),
-              worker: GenerationWorker = Depends(get_worker)):
+              worker: GenerationWorker = Depends(get_worker), metrics: Metrics = Depends(get_metrics)):
     """Answer a question from the logbooks and tickets, citing passages as [n].
 
     With ``"stream": true`` the response is ``text/event-stream``: ``delta`` events
-    (``{"text": ...}``), then one ``done`` event with ``sources`` and ``stats``.
+    (``{"text": ...}``), then one ``done`` event with ``sources`` and ``stats`` (or an
+    ``error`` event with ``detail`` if generation failed). Errors: 413 question over the
+    prompt budget, 422 invalid request, 503 queue full (with Retry-After) or no model.
     """
+    started = time.perf_counter()
     try:
         config = service.generation_config(body.max_new_tokens, temperature=body.temperature, top_p=body.top_p,
                                            seed=body.seed)
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
-    prepared = await generation.prepare(
-        service, body.question, top_k=body.top_k, config=config,
-        flt=body.filters.to_search_filter() if body.filters else None,
-        history=[ChatTurn(m.role, m.content) for m in body.history])
-    job = generation.submit(worker, service, prepared)
-    sources = [SourceOut.from_passage(p).model_dump() for p in prepared.prompt.passages]
-
-    def final_stats(result) -> dict:
-        stats = result.stats.to_dict() if result is not None else {}
-        stats["retrieval_ms"] = round(prepared.retrieval_ms, 2)
-        stats["finish_reason"] = result.finish_reason if result is not None else "stop"
-        return stats
+    run = generation.start(request, service, worker, metrics, body.question, endpoint="ask", started=started,
+                           top_k=body.top_k, config=config,
+                           flt=body.filters.to_search_filter() if body.filters else None,
+                           history=[ChatTurn(m.role, m.content) for m in body.history])
+    prepared = await run.prepared(request)
+    sources = [SourceOut.from_passage(p) for p in prepared.prompt.passages]
 
     if body.stream:
         async def sse():
-            result = None
-            async for event in generation.events(job, request):
-                if event.delta:
-                    yield {"event": "delta", "data": json.dumps({"text": event.delta})}
-                result = event.result or result
-            yield {"event": "done", "data": json.dumps({"sources": sources, "stats": final_stats(result)})}
+            try:
+                async for delta in run.deltas(request, check_disconnect=False):
+                    yield {"event": "delta", "data": json.dumps({"text": delta})}
+            except GenerationFailedError as exc:
+                yield {"event": "error", "data": json.dumps({"detail": str(exc)})}
+                return
+            outcome = run.outcome()
+            yield {"event": "done", "data": json.dumps({"sources": [s.model_dump() for s in sources],
+                                                        "stats": outcome.stats})}
 
         return EventSourceResponse(sse())
 
-    text, result = "", None
-    async for event in generation.events(job, request):
-        text += event.delta
-        result = event.result or result
-    return AskResponse(answer=text, sources=sources, stats=final_stats(result))
+    outcome = await run.complete(request)
+    return AskResponse(answer=outcome.text, sources=sources, stats=outcome.stats)

@@ -22,13 +22,20 @@ async def healthz() -> HealthResponse:
 
 @router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
 async def readyz(service: CopilotService = Depends(get_service)):
-    """Model loaded and store reachable (503 otherwise)."""
+    """Model loaded and store reachable (SQLite and Chroma answer); 503 otherwise."""
     model_loaded = service.engine is not None
+
+    def probe() -> int:
+        service.store.ping()
+        return service.store.count_chunks()
+
     try:
-        chunks = await asyncio.to_thread(service.store.count_chunks)
+        chunks = await asyncio.to_thread(probe)
         reachable, detail = True, None
     except Exception as exc:  # any store failure means not ready
-        chunks, reachable, detail = None, False, f"store unreachable: {exc}"
+        chunks, reachable, detail = None, False, str(exc)
+    if not model_loaded:
+        detail = "no target model is loaded" + (f"; {detail}" if detail else "")
     ready = model_loaded and reachable
     body = ReadyResponse(status="ready" if ready else "not ready", model_loaded=model_loaded,
                          store_reachable=reachable, chunks=chunks, detail=detail)

@@ -1,0 +1,107 @@
+"""``POST /v1/ingest`` starts a background ingest job; ``GET /v1/ingest/{id}`` reports on it.
+
+Two request forms (chosen by ``Content-Type``):
+
+- ``multipart/form-data``: one or more files in the field ``files`` (optionally a
+  relative ``folder`` their sources are named under, and ``prune``); they are saved to
+  ``data_dir/uploads/<job-id>/`` and ingested from there. Limit: ``max_upload_bytes``.
+- ``application/json``: ``{"path": ..., "prune": false}``, a file or folder on the
+  server that must lie under ``ingest_root``. Limit: ``max_body_bytes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from copilot.config import Settings
+from copilot.dependencies import get_ingest_jobs, get_settings, require_api_key
+from copilot.ingest_jobs import (IngestJob, IngestJobManager, PathRejectedError, resolve_ingest_path,
+                                 safe_folder)
+from copilot.schemas import ErrorResponse, IngestAccepted, IngestJobOut, IngestPathRequest
+
+router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[Depends(require_api_key)])
+
+_TRUE = {"1", "true", "yes", "on"}
+_OPENAPI_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": IngestPathRequest.model_json_schema()},
+            "multipart/form-data": {"schema": {
+                "type": "object", "required": ["files"],
+                "properties": {
+                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                    "folder": {"type": "string", "description": "relative folder the sources are named under"},
+                    "prune": {"type": "boolean"},
+                }}},
+        },
+    }
+}
+
+
+def _reject(exc: PathRejectedError) -> HTTPException:
+    headers = {"Retry-After": "10"} if exc.status == 503 else None
+    return HTTPException(exc.status, exc.reason, headers=headers)
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted, openapi_extra=_OPENAPI_BODY,
+             responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 415, 422, 503)})
+async def start_ingest(request: Request, settings: Settings = Depends(get_settings),
+                       jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestAccepted:
+    """Start an ingest job (uploaded files or a server-side path); answers 202 with the job id.
+
+    Errors: 400 ``..`` in a path or a malformed form, 403 path outside the ingest root (or
+    server-side ingest disabled), 404 no such path, 413 body too large, 415 other content
+    types, 422 invalid fields or no files, 503 too many pending jobs.
+    """
+    content_type = request.headers.get("content-type", "").lower()
+    job_id = jobs.new_id()
+    try:
+        if content_type.startswith("multipart/form-data"):
+            async with request.form(max_files=settings.max_upload_files, max_fields=10) as form:
+                uploads = [v for v in form.getlist("files") + form.getlist("file") if isinstance(v, UploadFile)]
+                if not uploads:
+                    raise PathRejectedError(422, "no files: send them in the multipart field 'files'")
+                folder = safe_folder(_text(form.get("folder")))
+                prune = (_text(form.get("prune")) or "").lower() in _TRUE
+                paths = await asyncio.to_thread(jobs.save_uploads, job_id, [(u.filename, u.file) for u in uploads],
+                                                folder)
+            job = IngestJob(job_id, "upload", paths, jobs.upload_dir(job_id), prune=prune)
+        elif content_type.startswith("application/json") or not content_type:
+            try:
+                body = IngestPathRequest.model_validate_json(await request.body())
+            except ValidationError as exc:
+                raise RequestValidationError(exc.errors(include_url=False)) from exc
+            root, files = await asyncio.to_thread(resolve_ingest_path, body.path, settings.ingest_root)
+            job = IngestJob(job_id, "path", files, root, prune=body.prune)
+        else:
+            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+                                f"unsupported Content-Type {content_type!r}: send multipart/form-data files "
+                                "or application/json {\"path\": ...}")
+        jobs.submit(job)
+    except PathRejectedError as exc:
+        jobs.discard_uploads(job_id)
+        raise _reject(exc) from exc
+    except BaseException:
+        jobs.discard_uploads(job_id)
+        raise
+    return IngestAccepted(id=job.id, status=job.status, files=job.sources(),
+                          status_url=str(request.url_for("get_ingest_job", job_id=job.id)))
+
+
+@router.get("/{job_id}", response_model=IngestJobOut, responses={404: {"model": ErrorResponse}})
+async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestJobOut:
+    """Status, progress and (once finished) the per-file report of an ingest job."""
+    job = jobs.get(job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r} (unknown, or forgotten)")
+    return job.to_model()
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,18 @@
+"""``GET /metrics`` in the Prometheus text format."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from copilot.dependencies import get_metrics
+from copilot.metrics import Metrics
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+async def metrics(m: Metrics = Depends(get_metrics)) -> Response:
+    """Requests and latency per route, TTFT, tokens, τ and α per drafter, queue depth."""
+    return Response(m.render(), media_type=CONTENT_TYPE_LATEST)

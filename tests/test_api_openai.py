@@ -1,0 +1,132 @@
+"""The OpenAI-compatible API with the official ``openai`` client against a real uvicorn on 127.0.0.1,
+with the real embedded model; plus client disconnect stopping a real generation."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from copilot.app import create_app
+from copilot.config import Settings
+from copilot.server import ServerThread
+from copilot.service import CopilotService
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "What was the resolution of OPS-107?"
+EXTRA = {"top_k": 2}  # short prompts keep the real model fast
+
+
+@pytest.fixture(scope="module")
+def server(sample_service, tmp_path_factory):
+    settings = Settings(data_dir=tmp_path_factory.mktemp("openai-data"), max_new_tokens=8, top_k=2,
+                        api_keys=["sk-test"], require_key_for_ask=True, _env_file=None)
+    service = CopilotService(settings, sample_service.store, sample_service.engine)
+    with ServerThread(create_app(settings, service)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0, timeout=120) as c:
+        yield c
+
+
+def test_models(client, sample_service):
+    ids = [m.id for m in client.models.list()]
+    assert ids == ["opscopilot", sample_service.settings.target_model]
+
+
+def test_chat_completion_non_streaming(client):
+    resp = client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": QUESTION}],
+                                          max_tokens=8, extra_body=EXTRA)
+    assert resp.object == "chat.completion" and resp.model == "opscopilot" and resp.id.startswith("chatcmpl-")
+    choice = resp.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    extra = resp.model_extra
+    assert extra["sources"][0]["doc_id"] == "tickets/jira_export.json#OPS-107" and extra["sources"][0]["n"] == 1
+    stats = extra["stats"]
+    assert resp.usage.completion_tokens == stats["new_tokens"] <= 8
+    assert resp.usage.prompt_tokens == stats["prompt_tokens"] > 0
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+    assert (choice.finish_reason == "length") == (stats["finish_reason"] == "length")
+
+
+def test_chat_completion_streaming_matches(client):
+    messages = [{"role": "user", "content": QUESTION}]
+    whole = client.chat.completions.create(model="opscopilot", messages=messages, max_tokens=8, extra_body=EXTRA)
+    stream = client.chat.completions.create(model="opscopilot", messages=messages, max_tokens=8, extra_body=EXTRA,
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content  # greedy: identical
+    final = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(final) == 1 and final[0].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert final[0].model_extra["sources"] == whole.model_extra["sources"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_history_and_system_messages(client):
+    resp = client.chat.completions.create(
+        model="opscopilot", max_tokens=4, extra_body=EXTRA,
+        messages=[{"role": "system", "content": "You are a pirate."},
+                  {"role": "user", "content": "Tell me about the dCache pool incident."},
+                  {"role": "assistant", "content": "dc-pool-07 lost a disk in slot 14."},
+                  {"role": "user", "content": [{"type": "text", "text": QUESTION}]}])
+    # retrieval ran on the last user message only
+    assert resp.model_extra["sources"][0]["doc_id"].endswith("#OPS-107")
+    assert resp.usage.completion_tokens <= 4
+
+
+def test_openai_errors(client, server):
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": QUESTION}])
+    with pytest.raises(openai.UnprocessableEntityError, match="last message"):
+        client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": QUESTION},
+                                                                      {"role": "assistant", "content": "hi"}])
+    with pytest.raises(openai.UnprocessableEntityError, match="text content"):
+        client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "http://127.0.0.1/x.png"}}]}])
+    with pytest.raises(openai.UnprocessableEntityError, match="cap"):
+        client.chat.completions.create(model="opscopilot", max_tokens=10**6,
+                                       messages=[{"role": "user", "content": QUESTION}])
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="opscopilot", n=2, messages=[{"role": "user", "content": QUESTION}])
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0) as bad:
+        with pytest.raises(openai.PermissionDeniedError, match="invalid API key"):
+            bad.models.list()
+
+
+def test_client_disconnect_stops_a_real_generation(server):
+    headers = {"Authorization": "Bearer sk-test"}
+
+    def cancelled_count(c) -> float:
+        for line in c.get("/metrics").text.splitlines():
+            if line.startswith('copilot_generations_total{finish_reason="cancelled"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as c:
+        before = cancelled_count(c)
+        payload = {"question": "Describe the FTS outage post-mortem in detail.", "max_new_tokens": 200,
+                   "top_k": 2, "stream": True}
+        with c.stream("POST", "/v1/ask", json=payload) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data:") and json.loads(line[5:])["text"]:
+                    break  # got the first token: hang up
+        deadline = time.monotonic() + 30
+        while cancelled_count(c) < before + 1:
+            assert time.monotonic() < deadline, "generation was not cancelled after the client disconnected"
+            time.sleep(0.05)
+        text = c.get("/metrics").text
+    # the cancelled generation stopped early: far fewer than 200 tokens were generated in this module
+    tokens = float(next(l.split()[-1] for l in text.splitlines() if l.startswith("copilot_generated_tokens_total")))
+    assert tokens < 200
