@@ -70,9 +70,13 @@ class StreamEvent:
 
 
 def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: DynamicCache) -> torch.Tensor:
-    """Run the prompt through the model into ``cache``; return the last position's logits ``(vocab,)``."""
+    """Run the prompt through the model into ``cache``; return the last position's logits ``(vocab,)``.
+
+    Only the last position goes through the LM head (``logits_to_keep=1``): for a
+    1,000-token prompt and a 49k vocabulary the full head would cost more than the layers.
+    """
     x = torch.tensor([prompt_ids], device=next(model.parameters()).device)
-    return model(input_ids=x, past_key_values=cache, use_cache=True).logits[0, -1]
+    return model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
 
 
 def target_pass(model: torch.nn.Module, tokens: list[int], cache: DynamicCache) -> torch.Tensor:
