@@ -53,15 +53,8 @@ class BuiltPrompt:
 
 
 def format_passage(p: Passage) -> str:
-    """``[n] source — title`` then the chunk text."""
-    meta = p.chunk.metadata
-    header = f"[{p.n}] {meta.get('source', '')}"
-    key = meta.get("ticket_key") or (f"MID {meta['mid']}" if meta.get("mid") is not None else None)
-    if key:
-        header += f" ({key})"
-    if meta.get("created"):
-        header += f", {meta['created']}"
-    return f"{header}\n{p.chunk.text.strip()}"
+    """``[n]`` then the chunk text (which starts with its document's header: kind, key, title, date)."""
+    return f"[{p.n}] {p.chunk.text.strip()}"
 
 
 def _render(tokenizer: PreTrainedTokenizerBase, passages: list[Passage], history: list[ChatTurn], question: str) -> list[int]:
