@@ -26,6 +26,7 @@ class Settings(BaseSettings):
 
     # storage
     data_dir: Path = Field(Path(".opscopilot"), description="chroma store, lexical index, model cache")
+    model_dir: Path | None = Field(None, description="cache of converted models (default: DATA_DIR/models)")
     chroma_url: str | None = Field(None, description="Chroma server URL (http://host:port); embedded store if unset")
     collection: str = "opscopilot"
     embedding_model: str | None = Field(None, description="HF id or path; default: embedded all-MiniLM-L6-v2")
@@ -87,8 +88,8 @@ class Settings(BaseSettings):
 
     @property
     def model_cache_dir(self) -> Path:
-        """Where converted models are cached (``data_dir/models``)."""
-        return self.data_dir / "models"
+        """Where converted models are cached (``model_dir``, else ``data_dir/models``)."""
+        return self.model_dir or self.data_dir / "models"
 
     @property
     def uploads_dir(self) -> Path:

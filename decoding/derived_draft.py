@@ -32,7 +32,9 @@ def derive_draft(target: LoadedModel, spec: str) -> LoadedModel:
 
     Raises:
         ValueError: an unknown spec, or N outside 1..num_hidden_layers.
-        ImportError: ``derived:int8`` without torchao installed.
+        ImportError: ``derived:int8`` without torchao installed (it is optional: importing
+            it makes transformers print load warnings on every start, and the int8 copy
+            does not pay on CPU).
     """
     kind = spec.removeprefix(DERIVED_PREFIX)
     if kind == "int8":
@@ -67,7 +69,10 @@ def _first_layers(target: LoadedModel, n: int) -> LoadedModel:
 
 
 def _int8_copy(target: LoadedModel) -> LoadedModel:
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    try:
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    except ImportError as exc:
+        raise ImportError("derived:int8 needs torchao: pip install --no-deps torchao==0.18.0") from exc
 
     draft = copy.deepcopy(target.model)
     quantize_(draft, Int8WeightOnlyConfig(), filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear))

@@ -11,13 +11,10 @@ from pathlib import Path
 import torch
 
 from copilot.config import Settings
-from copilot.service import CopilotService, load_draft
+from copilot.service import CopilotService
 from decoding import SpeculativeEngine
-from decoding.models import load_model
 from evals.questions import Question
-from ingestion.embedding import Embedder
 from ingestion.pipeline import ingest_paths
-from ingestion.store import ChunkStore
 
 log = logging.getLogger(__name__)
 
@@ -62,31 +59,19 @@ def build_setup(corpus: Path | None, data_dir: Path | None, *, load_models: bool
     """Ingest ``corpus`` into a temporary store (or reuse ``data_dir``) and load the models.
 
     The settings come from ``COPILOT_*`` like the service's; ``draft_model`` overrides
-    the configured draft model.
+    the configured draft model. Converted models stay cached where the service keeps them.
     """
-    overrides = {"draft_model": draft_model} if draft_model is not None else {}
+    base = Settings(**({"draft_model": draft_model} if draft_model is not None else {}))
     tmp = None
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="opscopilot-eval-")
         data_dir = Path(tmp.name)
-    base = Settings(**overrides)
-    settings = base.model_copy(update={"data_dir": data_dir})
-    if settings.torch_threads:
-        torch.set_num_threads(settings.torch_threads)
-    store = ChunkStore(data_dir, chroma_url=settings.chroma_url, collection=settings.collection,
-                       embedder=Embedder(settings.embedding_model))
+    settings = base.model_copy(update={"data_dir": data_dir, "model_dir": base.model_cache_dir})
+    service = CopilotService.from_settings(settings, load_models=load_models)
     if corpus is not None:
-        report = ingest_paths([corpus], store, progress=False).to_dict()
+        report = ingest_paths([corpus], service.store, progress=False).to_dict()
         log.info("corpus %s: %s", corpus, report["counts"])
-    engine = None
-    if load_models:
-        # The model cache is shared with the service's default data dir: no re-dequantizing per eval.
-        target = load_model(settings.target_model, device=settings.device, dtype=settings.dtype,
-                            cache_dir=base.model_cache_dir)
-        engine = SpeculativeEngine(target, load_draft(settings, target), max_ngram=settings.max_ngram,
-                                   min_ngram=settings.min_ngram,
-                                   max_speculative_tokens=settings.num_speculative_tokens)
-    return EvalSetup(CopilotService(settings, store, engine), settings, tmp)
+    return EvalSetup(service, settings, tmp)
 
 
 def build_cases(setup: EvalSetup, questions: list[Question], max_new_tokens: int) -> list[Case]:

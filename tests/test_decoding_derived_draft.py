@@ -22,6 +22,8 @@ def test_first_layers_share_the_target_weights(tiny_models):
 
 @pytest.mark.parametrize("spec", ["derived:layers:1", "derived:int8"])
 def test_derived_drafts_keep_greedy_exact(tiny_models, spec, torch_one_thread):
+    if spec == "derived:int8":
+        pytest.importorskip("torchao")
     target = tiny_models.load("small")
     engine = SpeculativeEngine(target, derive_draft(target, spec), costs=COSTS)
     prompt = target.tokenizer.encode("the disk is full; restart xrootd now.")
@@ -32,6 +34,7 @@ def test_derived_drafts_keep_greedy_exact(tiny_models, spec, torch_one_thread):
 
 
 def test_int8_copy_agrees_with_the_target(tiny_models, torch_one_thread):
+    pytest.importorskip("torchao")
     target = tiny_models.load("small")
     # Tiny random models are unsure of everything: draft regardless of confidence.
     engine = SpeculativeEngine(target, derive_draft(target, "derived:int8"), costs=COSTS, draft_min_confidence=0.0)
