@@ -141,7 +141,7 @@ def serve(host: Optional[str] = typer.Option(None, help="bind address (default f
     host, port = host or settings.host, port or settings.port
     example = (f"curl -s {host}:{port}/v1/ask -H 'content-type: application/json' "
                "-d '{\"question\": \"How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?\"}'")
-    console.print(f"OpsCopilot on http://{host}:{port} (docs: /docs). Try:\n  {example}", highlight=False)
+    typer.echo(f"OpsCopilot on http://{host}:{port} (docs: /docs). Try:\n  {example}")  # never wrapped: pasteable
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
 
 

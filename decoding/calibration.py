@@ -36,7 +36,7 @@ def measure_forward_ms(model: PreTrainedModel, n_tokens: list[int], context_toke
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, vocab, (1, context_tokens), generator=gen).to(device)
     cache = DynamicCache()
-    model(input_ids=context, past_key_values=cache, use_cache=True)
+    model(input_ids=context, cache=cache, use_cache=True)
     out = []
     for n in n_tokens:
         ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
@@ -44,7 +44,7 @@ def measure_forward_ms(model: PreTrainedModel, n_tokens: list[int], context_toke
         for i in range(repeats + 1):
             _sync(device)
             t0 = time.perf_counter()
-            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            model(input_ids=ids, cache=cache, use_cache=True)
             _sync(device)
             if i:
                 times.append((time.perf_counter() - t0) * 1000)

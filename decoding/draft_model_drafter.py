@@ -98,7 +98,7 @@ class DraftModelDrafter:
 
     def _forward(self, ids: list[int]) -> torch.Tensor:
         x = torch.tensor([ids], device=self.draft.device)
-        logits = self.model(input_ids=x, past_key_values=self._cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+        logits = self.model(input_ids=x, cache=self._cache, use_cache=True, logits_to_keep=1).logits[0, -1]
         extra = self._target_vocab - logits.shape[-1]
         if extra < 0:
             return logits[: self._target_vocab]

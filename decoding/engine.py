@@ -76,13 +76,13 @@ def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: DynamicCache) 
     1,000-token prompt and a 49k vocabulary the full head would cost more than the layers.
     """
     x = torch.tensor([prompt_ids], device=next(model.parameters()).device)
-    return model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+    return model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
 
 
 def target_pass(model: torch.nn.Module, tokens: list[int], cache: DynamicCache) -> torch.Tensor:
     """One verification pass over ``tokens`` (last committed + draft): logits ``(len(tokens), vocab)``."""
     x = torch.tensor([tokens], device=next(model.parameters()).device)
-    return model(input_ids=x, past_key_values=cache, use_cache=True).logits[0]
+    return model(input_ids=x, cache=cache, use_cache=True).logits[0]
 
 
 class SpeculativeEngine:

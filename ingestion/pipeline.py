@@ -156,6 +156,14 @@ class _Run:
             return
         entry.format, entry.encoding, entry.warnings = result.format, result.encoding, list(result.warnings)
         existing = self.store.manifest.for_source(entry.source, source_abs)
+        # Another file that still exists owns this source name: refuse rather than overwrite it.
+        owners = sorted({r.source_abs for r in existing if r.source == entry.source and r.source_abs
+                         and r.source_abs != source_abs and Path(r.source_abs).exists()})
+        if owners:
+            entry.status = "failed"
+            entry.reason = (f"source name {entry.source!r} is already stored from {owners[0]}; ingest both from a "
+                            "common parent folder so their names differ (or delete the stored documents first)")
+            return
         superseded = [r.doc_id for r in existing if r.source != entry.source]
         docs = result.documents
         if not docs:

@@ -361,3 +361,21 @@ def test_odd_metadata_keys_and_values_are_stored(hash_store, tmp_path):
     assert hash_store.get_chunks([chunk.chunk_id, "nope"]) == {chunk.chunk_id: chunk}
     info = hash_store.get_document_info("odd.jsonl#R-1")
     assert info["n_chunks"] == 1 and info["doc_type"] == "jsonl" and hash_store.get_document_info("nope") is None
+
+
+def test_same_relative_name_from_two_folders_is_refused_not_overwritten(tmp_path):
+    """Two different files that would get the same source name: the second is reported
+    failed and the first one's stored document is untouched (no silent data loss)."""
+    from ingestion.pipeline import ingest_paths
+    from ingestion.store import ChunkStore
+
+    for site, text in (("siteA", "site A: restart the gridftp door"), ("siteB", "site B: drain pool 12")):
+        (tmp_path / site).mkdir()
+        (tmp_path / site / "notes.txt").write_text(text)
+    store = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
+    assert ingest_paths([tmp_path / "siteA"], store, progress=False).to_dict()["counts"]["indexed"] == 1
+    report = ingest_paths([tmp_path / "siteB"], store, progress=False).to_dict()
+    assert report["counts"]["failed"] == 1
+    assert "already stored from" in report["files"][0]["reason"]
+    (doc,) = store.list_documents()[0]
+    assert "site A" in store.get_document_chunks(doc["doc_id"])[0].text
