@@ -74,7 +74,12 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
     result = ingest_paths(list(paths), _store(settings), prune=prune)
     data = result.to_dict()
     if report:
-        report.write_text(json.dumps(data, indent=2))
+        try:
+            report.parent.mkdir(parents=True, exist_ok=True)
+            report.write_text(json.dumps(data, indent=2))
+        except OSError as exc:
+            err.print(f"[red]cannot write the report to {report}: {exc.strerror or exc}[/red]", highlight=False)
+            raise typer.Exit(2) from exc
     console.print_json(json.dumps(data.get("counts", {})))
     if data.get("counts", {}).get("failed"):
         raise typer.Exit(1)
@@ -100,6 +105,9 @@ def ask(question: str = typer.Argument(..., help="the question"),
     except ValidationError as exc:
         err.print(f"[red]invalid filter: {exc}[/red]", highlight=False)
         raise typer.Exit(2) from exc
+    if not question.strip():
+        err.print("[red]the question is empty[/red]")
+        raise typer.Exit(2)
     settings = _settings()
     service = CopilotService.from_settings(settings)
     try:
@@ -146,7 +154,7 @@ def serve(host: Optional[str] = typer.Option(None, help="bind address (default f
 
 
 @documents_app.command("list")
-def documents_list(offset: int = typer.Option(0, min=0), limit: int = typer.Option(50, min=1, max=1000)) -> None:
+def documents_list(offset: int = typer.Option(0, min=0, max=2**63 - 1), limit: int = typer.Option(50, min=1, max=1000)) -> None:
     """List stored documents (paged): doc_id, type, chunks, title; tab-separated."""
     rows, total = _store(_settings()).list_documents(offset, limit)
     for row in rows:

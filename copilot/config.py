@@ -34,8 +34,9 @@ class Settings(BaseSettings):
     # models and decoding
     target_model: str = Field(EMBEDDED_TARGET_ID, description="HF id or local path of the target model")
     draft_model: str | None = Field(None, description="HF id, local path, derived:int8, derived:layers:N, or unset")
-    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
-    dtype: str = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+    device: str = Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$", description="auto | cpu | cuda | cuda:N")
+    dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
+        "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
     drafting: Literal["auto", "ngram", "draft_model", "off"] = "auto"
     num_speculative_tokens: int = Field(8, ge=1, le=32)
     max_ngram: int = Field(4, ge=1, le=16)
@@ -67,7 +68,10 @@ class Settings(BaseSettings):
     @classmethod
     def _split_keys(cls, v: object) -> object:
         if isinstance(v, str):
-            return [k.strip() for k in v.split(",") if k.strip()]
+            keys = [k.strip() for k in v.split(",") if k.strip()]
+            if v.strip() and not keys:
+                raise ValueError("api_keys is set but holds no key (only commas/blanks); unset it to disable auth")
+            return keys
         return v
 
     @classmethod

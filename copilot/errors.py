@@ -7,7 +7,7 @@ The ``openai`` client reads ``error.message`` from error bodies, so ``/v1/chat/.
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -42,9 +42,16 @@ async def _http_error(request: Request, exc: HTTPException):
     return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
+def _safe_errors(exc: RequestValidationError) -> list[dict]:
+    """Pydantic errors without the offending ``input``/``ctx`` values, which may not be
+    JSON-serialisable (NaN, Infinity, lone surrogates)."""
+    return [{"loc": list(err.get("loc", ())), "msg": str(err.get("msg")), "type": err.get("type")}
+            for err in exc.errors()]
+
+
 async def _validation_error(request: Request, exc: RequestValidationError):
     if not _openai(request):
-        return await request_validation_exception_handler(request, exc)
+        return JSONResponse({"detail": _safe_errors(exc)}, status_code=422)
     message = _validation_message(exc)
     body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None},
             "detail": message}

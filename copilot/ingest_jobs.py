@@ -67,7 +67,11 @@ def resolve_ingest_path(raw: str, root: Path | None) -> tuple[Path, list[Path]]:
     path = candidate if candidate.is_absolute() else root_abs / candidate
     if not (path.is_relative_to(root_abs) or path.is_relative_to(root_real)):
         raise PathRejectedError(403, f"{raw!r} lies outside the ingest root {root_abs}")
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # e.g. ENAMETOOLONG
+        raise PathRejectedError(400, f"unusable path: {exc.strerror or exc}") from exc
+    if not exists:
         if path.is_symlink():
             raise PathRejectedError(403, f"{raw!r} is a dangling symlink")
         raise PathRejectedError(404, f"no such file or folder under the ingest root: {raw!r}")
@@ -206,21 +210,26 @@ class IngestJobManager:
         """Copy uploaded files (already size-checked) into the job's upload folder.
 
         Raises:
-            PathRejectedError: 422 for a bad or duplicate file name (nothing is kept then).
+            PathRejectedError: 422 for a bad or duplicate file name, 400 when the filesystem
+                refuses the path (nothing is kept then).
         """
         names = [safe_upload_name(n) for n, _ in uploads]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise PathRejectedError(422, f"duplicate file names in one upload: {', '.join(dupes)}")
         target = self.upload_dir(job_id) / folder
-        target.mkdir(parents=True, exist_ok=False)
         paths = []
         try:
+            target.mkdir(parents=True, exist_ok=False)
             for name, (_, handle) in zip(names, uploads):
                 path = target / name
                 with open(path, "wb") as out:
                     shutil.copyfileobj(handle, out, 1 << 20)
                 paths.append(path)
+        except OSError as exc:  # e.g. a folder name too long for the filesystem
+            shutil.rmtree(self.upload_dir(job_id), ignore_errors=True)
+            raise PathRejectedError(400, f"cannot store the upload under {str(folder)[:80]!r}: "
+                                         f"{exc.strerror or exc}") from exc
         except BaseException:
             shutil.rmtree(self.upload_dir(job_id), ignore_errors=True)
             raise

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from copilot.schemas import Filters, SourceOut
+from copilot.schemas import Filters, Seed, SourceOut, Text
 
 
 class ContentPart(BaseModel):
@@ -21,7 +21,7 @@ class ContentPart(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    text: str | None = None
+    text: Text | None = None
 
 
 class ChatMessage(BaseModel):
@@ -30,7 +30,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: Text | list[ContentPart] | None = None
 
     def text(self) -> str:
         """The message text (text parts joined by newlines).
@@ -68,7 +68,7 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=0)
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="default 0: greedy, exact")
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: Seed | None = None
     stop: str | list[str] | None = Field(None, description="up to 4 stop strings")
     n: int = Field(1, ge=1, le=1, description="only 1 choice is supported")
     # OpsCopilot extensions

@@ -5,10 +5,27 @@ from __future__ import annotations
 from datetime import date, datetime, time, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from copilot.retrieval import Passage
 from ingestion.documents import SearchFilter
+
+
+def _valid_unicode(text: str) -> str:
+    """Reject lone UTF-16 surrogates (valid JSON escapes, but not encodable text)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text contains an unpaired UTF-16 surrogate (invalid Unicode)") from None
+    return text
+
+
+#: A string that encodes to UTF-8 (what the tokenizer and the stores need).
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+#: A seed for torch's generator (a signed 64-bit integer).
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 
 
 class Filters(BaseModel):
@@ -60,7 +77,7 @@ class HistoryMessage(BaseModel):
     """An earlier turn of the conversation."""
 
     role: Literal["user", "assistant"]
-    content: str = Field(max_length=20_000)
+    content: Text = Field(max_length=20_000)
 
 
 class AskRequest(BaseModel):
@@ -68,7 +85,7 @@ class AskRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(min_length=1, description="the operator's question")
+    question: Text = Field(min_length=1, description="the operator's question")
     top_k: int | None = Field(None, ge=1, le=100, description="passages to retrieve (default from settings)")
     max_new_tokens: int | None = Field(None, ge=0, description="answer budget in tokens (capped by settings)")
     stream: bool = Field(False, description="Server-Sent Events: deltas, then one final event")
@@ -76,7 +93,7 @@ class AskRequest(BaseModel):
     history: list[HistoryMessage] = Field(default_factory=list, max_length=50)
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (exact)")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: Seed | None = None
 
 
 class SourceOut(BaseModel):

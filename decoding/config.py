@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
     """What to generate and how to stop.
+
+    Raises:
+        TypeError / ValueError: on construction, for a field of the wrong type or range.
 
     Attributes:
         max_new_tokens: hard budget of generated tokens (EOS included); 0 returns nothing.
@@ -35,6 +39,18 @@ class GenerationConfig:
     num_speculative_tokens: int = 8
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop_strings, str):
+            raise TypeError("stop_strings must be a sequence of strings, not one str")
+        for name in ("max_new_tokens", "top_k", "num_speculative_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+        if not (math.isfinite(self.temperature) and math.isfinite(self.top_p)):
+            raise ValueError(f"temperature and top_p must be finite, got {self.temperature}, {self.top_p}")
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
+            raise ValueError(f"seed must be an int in [0, 2**63), got {self.seed!r}")
+        if self.eos_token_ids is not None and any(not isinstance(t, int) or t < 0 for t in self.eos_token_ids):
+            raise ValueError(f"eos_token_ids must be non-negative ints, got {self.eos_token_ids!r}")
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.temperature < 0:

@@ -18,7 +18,7 @@ class Question:
         id: stable id.
         question: what the operator asks.
         answer_span: an exact substring of the source a right answer must quote.
-        source: the expected document: ``path#KEY`` (``path#MID=N`` for ELOG) or ``path``.
+        source: the expected document id ``path#KEY``, or ``path`` for any document of that file.
     """
 
     id: str
@@ -28,8 +28,7 @@ class Question:
 
     def matches(self, doc_id: str) -> bool:
         """Whether a retrieved document id is the expected source."""
-        expected = self.source.replace("#MID=", "#")
-        return doc_id == expected if "#" in expected else doc_id.startswith(expected + "#")
+        return doc_id == self.source if "#" in self.source else doc_id.startswith(self.source + "#")
 
 
 def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[Question]:

@@ -64,11 +64,24 @@ def test_stream_deltas_match_the_final_answer(client):
     ({"question": "x", "max_new_tokens": 10**6}, 422),
     ({"question": "x", "unknown": 1}, 422),
     ({"question": "x" * 5000}, 422),
+    ({"question": "x", "seed": 2**64}, 422),
+    ('{"question": "x", "temperature": NaN}', 422),
+    ('{"question": "x", "max_new_tokens": 1e400}', 422),
+    ('{"question": "\\ud800"}', 422),
+    ('{"question": "x", "history": [{"role": "user", "content": "\\ud800"}]}', 422),
 ])
 def test_bad_requests_get_a_reason(client, payload, code):
-    r = client.post("/v1/ask", json=payload)
-    assert r.status_code == code
+    if isinstance(payload, str):  # raw JSON that json= cannot produce (NaN, lone surrogates)
+        r = client.post("/v1/ask", content=payload, headers={"content-type": "application/json"})
+    else:
+        r = client.post("/v1/ask", json=payload)
+    assert r.status_code == code, r.text
     assert r.json()["detail"]
+
+
+def test_huge_document_offset_is_a_422(client):
+    r = client.get("/v1/documents", params={"offset": 2**64})
+    assert r.status_code == 422 and r.json()["detail"]
 
 
 def _sse(lines):

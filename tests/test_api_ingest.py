@@ -91,6 +91,7 @@ def test_server_side_path_ingest_job(env):
     ("dangling", 403, "dangling symlink"),
     ("no/such/folder", 404, "no such file"),
     ("empty", 422, "no files"),
+    ("a" * 4000, 400, "unusable path"),
 ])
 def test_server_side_paths_that_escape_are_rejected(env, path, status, reason):
     client, settings, store, root, outside = env

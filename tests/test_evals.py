@@ -86,9 +86,9 @@ def test_questions_file_and_quick_subset():
     qs = load_questions()
     assert len(qs) >= 20
     assert len(quick_subset(qs, 4)) == 4
-    assert Question("x", "", "", "logbooks/operations.elog#MID=4").matches("logbooks/operations.elog#4")
+    assert Question("x", "", "", "logbooks/operations.elog#4").matches("logbooks/operations.elog#4")
     assert Question("x", "", "", "postmortems/a.md").matches("postmortems/a.md#a")
-    assert not Question("x", "", "", "logbooks/operations.elog#MID=4").matches("logbooks/operations.elog#41")
+    assert not Question("x", "", "", "logbooks/operations.elog#4").matches("logbooks/operations.elog#41")
 
 
 def test_bad_questions_file_names_the_line(tmp_path):

@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/documents", tags=["documents"])
 
 
 @router.get("", response_model=DocumentPage)
-async def list_documents(offset: int = Query(0, ge=0, description="documents to skip"),
+async def list_documents(offset: int = Query(0, ge=0, le=2**63 - 1, description="documents to skip"),
                          limit: int = Query(50, ge=1, le=1000, description="page size"),
                          service: CopilotService = Depends(get_service)) -> DocumentPage:
     """A page of stored documents, ordered by source then id, with the total count."""
