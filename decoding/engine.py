@@ -139,6 +139,7 @@ class SpeculativeEngine:
         Raises:
             PromptError: empty prompt, ids outside the vocabulary, or the prompt alone
                 fills the context window.
+            ValueError: ``drafting="draft_model"`` without a draft model.
         """
         prompt = [int(t) for t in prompt_ids]
         max_pos = self.target.max_positions
@@ -146,6 +147,8 @@ class SpeculativeEngine:
             raise PromptError("the prompt is empty: at least one token is needed")
         if len(prompt) >= max_pos:
             raise PromptError(f"the prompt has {len(prompt)} tokens; the model's context window is {max_pos}")
+        if config.drafting == "draft_model" and self.draft is None:
+            raise ValueError("drafting='draft_model' needs a draft model; none is loaded")
         vocab = self.target.model.config.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
             raise PromptError(f"prompt token ids outside the vocabulary [0, {vocab}): got {min(prompt)}..{max(prompt)}")
@@ -190,7 +193,7 @@ class SpeculativeEngine:
                 t_draft = time.perf_counter()
                 decision, draft = self._draft(config, policy, ngram, dm, gamma_max, stats)
                 stats.overhead_ms += (time.perf_counter() - t_draft) * 1000
-                logits = target_pass(model, [prompt[-1] if not stop.output else stop.output[-1]] + draft.tokens, cache)
+                logits = target_pass(model, [stop.output[-1]] + draft.tokens, cache)
                 if sampling is None:
                     block, n_accepted = verify_greedy(draft.tokens, logits)
                 else:
@@ -222,8 +225,6 @@ class SpeculativeEngine:
         if config.drafting in ("auto", "draft_model") and self.draft is not None:
             dm = DraftModelDrafter(self.draft, self.target, self.draft_min_confidence)
             dm.begin(prompt, contexts, cache, sampling)
-        if config.drafting == "draft_model" and dm is None:
-            raise ValueError("drafting='draft_model' needs a draft model; none is loaded")
         return ngram, dm
 
     def _draft(self, config: GenerationConfig, policy: DrafterPolicy, ngram: NGramDrafter | None,

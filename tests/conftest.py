@@ -373,3 +373,21 @@ def sample_service(tmp_path_factory, embedded_engine, embedder):
     report = ingest_paths([SAMPLE_CORPUS], store, progress=False)
     assert report.to_dict()["counts"].get("failed", 0) == 0
     return CopilotService(settings, store, embedded_engine)
+
+
+@pytest.fixture
+def sse_events():
+    """``lines -> iterator of (event, data)``: parses a Server-Sent Events body whose
+    ``data:`` lines are JSON (``event:`` names the following data)."""
+    import json
+
+    def parse(lines):
+        event = None
+        for line in lines:
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:"):
+                yield event, json.loads(line.split(":", 1)[1])
+                event = None
+
+    return parse

@@ -84,16 +84,6 @@ def test_huge_document_offset_is_a_422(client):
     assert r.status_code == 422 and r.json()["detail"]
 
 
-def _sse(lines):
-    """(event, data) pairs of an SSE body."""
-    event = None
-    for line in lines:
-        if line.startswith("event:"):
-            event = line.split(":", 1)[1].strip()
-        elif line.startswith("data:"):
-            yield event, json.loads(line.split(":", 1)[1])
-
-
 def test_citations_map_to_the_numbered_passages_of_the_prompt(client, sample_service):
     question = "Which command restarted the dCache pool on dc-pool-07?"
     r = client.post("/v1/ask", json={"question": question, "max_new_tokens": 0, "top_k": 4})
@@ -139,11 +129,11 @@ def test_top_k_larger_than_the_collection(client, sample_service):
     assert [s["n"] for s in sources] == list(range(1, len(sources) + 1))
 
 
-def test_sse_wire_format(client):
+def test_sse_wire_format(client, sse_events):
     with client.stream("POST", "/v1/ask", json={"question": "What was the resolution of OPS-107?",
                                                 "max_new_tokens": 6, "top_k": 2, "stream": True}) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        events = list(_sse(r.iter_lines()))
+        events = list(sse_events(r.iter_lines()))
     kinds = [e for e, _ in events]
     assert kinds[-1] == "done" and set(kinds[:-1]) <= {"delta"}
     done = events[-1][1]
@@ -165,7 +155,7 @@ def empty_client(tmp_path, embedded_engine, embedder):
         yield c
 
 
-def test_empty_store_answers_that_there_is_no_context(empty_client):
+def test_empty_store_answers_that_there_is_no_context(empty_client, sse_events):
     from copilot.prompting import NO_CONTEXT_ANSWER
 
     r = empty_client.post("/v1/ask", json={"question": "How was the FNAL link fixed?"})
@@ -174,7 +164,7 @@ def test_empty_store_answers_that_there_is_no_context(empty_client):
     assert body["answer"] == NO_CONTEXT_ANSWER and body["sources"] == []
     assert body["stats"]["no_context"] is True
     with empty_client.stream("POST", "/v1/ask", json={"question": "anything?", "stream": True}) as r:
-        events = list(_sse(r.iter_lines()))
+        events = list(sse_events(r.iter_lines()))
     assert "".join(d["text"] for e, d in events if e == "delta") == NO_CONTEXT_ANSWER
     assert events[-1][0] == "done" and events[-1][1]["sources"] == []
     r = empty_client.post("/v1/chat/completions", json={"model": "opscopilot",

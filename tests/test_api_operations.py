@@ -82,17 +82,6 @@ def make_app(sample_service, embedded_target, tmp_path_factory):
     return make
 
 
-def _sse_events(lines):
-    """(event, data) pairs from SSE lines (``event:`` then ``data:``)."""
-    event = None
-    for line in lines:
-        if line.startswith("event:"):
-            event = line.split(":", 1)[1].strip()
-        elif line.startswith("data:"):
-            yield event, json.loads(line.split(":", 1)[1])
-            event = None
-
-
 def _wait(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -215,12 +204,12 @@ def test_full_queue_answers_503_with_retry_after(paced_server):
     assert 'copilot_http_requests_total{method="POST",route="/v1/ask",status="503"} 1.0' in metrics
 
 
-def test_stream_disconnect_cancels_generation(paced_server):
+def test_stream_disconnect_cancels_generation(paced_server, sse_events):
     server, app, engine = paced_server
     with httpx.Client(base_url=server.url, timeout=30) as c:
         with c.stream("POST", "/v1/ask", json={"question": QUESTION, "max_new_tokens": 1000, "stream": True}) as r:
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-            for event, data in _sse_events(r.iter_lines()):
+            for event, data in sse_events(r.iter_lines()):
                 assert event == "delta" and data["text"]
                 break  # close after the first token
         _wait(lambda: engine.finished == ["cancelled"], what="the generation to be cancelled")
@@ -278,7 +267,7 @@ def test_metrics_after_traffic(paced_server):
         assert needle in text, needle
 
 
-def test_engine_failure_is_a_500_with_a_reason(make_app, embedded_target):
+def test_engine_failure_is_a_500_with_a_reason(make_app, embedded_target, sse_events):
     class Broken(PacedEngine):
         def stream(self, *a, **k):
             raise RuntimeError("boom")
@@ -289,6 +278,6 @@ def test_engine_failure_is_a_500_with_a_reason(make_app, embedded_target):
         r = c.post("/v1/ask", json={"question": QUESTION})
         assert r.status_code == 500 and "boom" in r.json()["detail"]
         with c.stream("POST", "/v1/ask", json={"question": QUESTION, "stream": True}) as r:
-            events = list(_sse_events(r.iter_lines()))
+            events = list(sse_events(r.iter_lines()))
         assert events[-1][0] == "error" and "boom" in events[-1][1]["detail"]
         assert c.post("/v1/ask", json={"question": QUESTION}).status_code == 500  # the worker survives

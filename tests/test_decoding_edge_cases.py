@@ -409,3 +409,9 @@ def test_on_cuda(tiny_models, dtype):
             assert result.token_ids == ref, mode
     sampled = engine.generate(prompt, GenerationConfig(max_new_tokens=20, temperature=1.0, seed=0, eos_token_ids=()))
     assert len(sampled.token_ids) == 20
+
+
+def test_draft_model_mode_without_a_draft_model_is_a_clear_error(small):
+    no_draft = SpeculativeEngine(small, costs=CHEAP)
+    with pytest.raises(ValueError, match="needs a draft model"):
+        no_draft.generate([5, 6, 7], GenerationConfig(max_new_tokens=4, drafting="draft_model"))
