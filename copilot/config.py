@@ -38,9 +38,9 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
         "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
     drafting: Literal["auto", "ngram", "draft_model", "off"] = "auto"
-    num_speculative_tokens: int = Field(8, ge=1, le=32)
+    num_speculative_tokens: int = Field(16, ge=1, le=32)
     max_ngram: int = Field(4, ge=1, le=16)
-    min_ngram: int = Field(2, ge=1, le=16)
+    min_ngram: int = Field(1, ge=1, le=16)
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's)")
 
     # retrieval and prompting

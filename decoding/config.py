@@ -23,9 +23,13 @@ class GenerationConfig:
             the returned text ends just before the stop string.
         eos_token_ids: token ids that end generation (included in the ids, not in
             the text). ``None`` uses the model's; an empty tuple disables EOS.
-        drafting: ``"auto"`` (the cost-aware policy), ``"ngram"``, ``"draft_model"``
-            or ``"off"`` (plain one-token-per-pass decoding in our loop).
+        drafting: which drafters the cost-aware policy may use: ``"auto"`` (both),
+            ``"ngram"``, ``"draft_model"``, or ``"off"`` (plain one-token-per-pass
+            decoding in our loop).
         num_speculative_tokens: γ ceiling per round; the policy may choose fewer.
+        fixed_gamma: bypass the policy: every round drafts ``num_speculative_tokens``
+            with the one drafter ``drafting`` names (prompt-lookup style; an ablation
+            and a test hook). Needs ``drafting`` ``"ngram"`` or ``"draft_model"``.
     """
 
     max_new_tokens: int = 128
@@ -36,7 +40,8 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ()
     eos_token_ids: tuple[int, ...] | None = None
     drafting: str = "auto"
-    num_speculative_tokens: int = 8
+    num_speculative_tokens: int = 16
+    fixed_gamma: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.stop_strings, str):
@@ -63,6 +68,8 @@ class GenerationConfig:
             raise ValueError(f"drafting must be auto|ngram|draft_model|off, got {self.drafting!r}")
         if self.num_speculative_tokens < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
+        if self.fixed_gamma and self.drafting not in ("ngram", "draft_model"):
+            raise ValueError(f"fixed_gamma needs drafting 'ngram' or 'draft_model', got {self.drafting!r}")
         if any(not s for s in self.stop_strings):
             raise ValueError("stop strings must be non-empty")
 

@@ -20,15 +20,19 @@ class Draft:
         probs: the drafter's distribution q at each proposed position, float32 of shape
             ``(len(tokens), vocab)``; ``None`` means a point mass on each token (n-gram).
         match_length: for the n-gram drafter, the length of the suffix n-gram that matched.
+        unanimous: for the n-gram drafter, whether every occurrence of the matched n-gram
+            continues with the same next token (ambiguous matches are accepted far less often).
     """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
     match_length: int = 0
+    unanimous: bool = True
 
     def truncated(self, n: int) -> "Draft":
         """The first ``n`` proposed tokens (and their q rows)."""
-        return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n], self.match_length)
+        return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n], self.match_length,
+                     self.unanimous)
 
 
 class Drafter(Protocol):

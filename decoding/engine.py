@@ -28,7 +28,7 @@ from decoding.drafter import Draft
 from decoding.kv_cache import crop_cache
 from decoding.models import LoadedModel
 from decoding.ngram_drafter import NGramDrafter
-from decoding.policy import CostModel, Decision, DrafterPolicy, PolicyConfig
+from decoding.policy import DRAFT_MODEL, NGRAM, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig
 from decoding.sampling import SamplingParams, sample
 from decoding.stats import GenerationStats
 from decoding.stopping import StopChecker
@@ -95,6 +95,10 @@ class SpeculativeEngine:
         policy: policy knobs.
         max_ngram, min_ngram: n-gram drafter match lengths (tokens).
         max_speculative_tokens: the largest γ calibrated for.
+
+    The engine keeps one :class:`AcceptanceTable` for all its requests: acceptance
+    measured on earlier answers sets the policy's expectations for the next one (except
+    for seeded sampling, which starts from the priors so that a seed reproduces its sample).
         draft_min_confidence: the draft model stops below this top probability.
 
     Raises:
@@ -102,13 +106,13 @@ class SpeculativeEngine:
     """
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, *, costs: CostModel | None = None,
-                 policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 2,
-                 max_speculative_tokens: int = 8, draft_min_confidence: float = 0.2) -> None:
+                 policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 1,
+                 max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2) -> None:
         if draft is not None:
             check_compatible(target, draft)
         self.target = target
         self.draft = draft
-        self.policy_config = policy or PolicyConfig()
+        self.acceptance = AcceptanceTable(policy or PolicyConfig())
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.draft_min_confidence = draft_min_confidence
         self.costs = costs or calibrate(target.model, draft.model if draft else None, max_speculative_tokens + 1)
@@ -177,22 +181,26 @@ class SpeculativeEngine:
             first = int(logits.argmax()) if sampling is None else sample(sampling.probs(logits), sampling.generator)
             committed = stop.accept([first])
             stats.ttft_ms = (time.perf_counter() - t0) * 1000
+            yield StreamEvent(detok.push(stop.output) if stop.finish_reason != "stop" else "", committed)
             t_decode = time.perf_counter()
-            ngram, dm = self._drafters(config, prompt, contexts, cache, sampling)
+            ngram, dm = self._drafters(config, prompt, contexts, cache, sampling, stats) \
+                if stop.finish_reason is None else (None, None)
             for d in (ngram, dm):
                 if d is not None:
                     d.observe(committed)
-            policy = DrafterPolicy(self.costs, self.policy_config)
-            yield StreamEvent(detok.push(stop.output) if stop.finish_reason != "stop" else "", committed)
+            allowed = {"auto": {NGRAM, DRAFT_MODEL}, "ngram": {NGRAM}, "draft_model": {DRAFT_MODEL}, "off": set()}
+            # A seeded sample must not depend on earlier requests: it drafts from the priors.
+            table = AcceptanceTable(self.acceptance.config) if sampling is not None and config.seed is not None else self.acceptance
+            policy = DrafterPolicy(self.costs, table, frozenset(allowed[config.drafting]))
             while stop.finish_reason is None:
                 if cancel is not None and cancel():
                     stop.finish_reason = "cancelled"
                     break
                 seq_len = len(prompt) + len(stop.output)
                 gamma_max = min(config.num_speculative_tokens, stop.remaining - 1, self.target.max_positions - seq_len)
-                t_draft = time.perf_counter()
+                t_draft, dm_ms = time.perf_counter(), stats.draft_model_ms
                 decision, draft = self._draft(config, policy, ngram, dm, gamma_max, stats)
-                stats.overhead_ms += (time.perf_counter() - t_draft) * 1000
+                stats.overhead_ms += (time.perf_counter() - t_draft) * 1000 - (stats.draft_model_ms - dm_ms)
                 logits = target_pass(model, [stop.output[-1]] + draft.tokens, cache)
                 if sampling is None:
                     block, n_accepted = verify_greedy(draft.tokens, logits)
@@ -217,25 +225,32 @@ class SpeculativeEngine:
         yield StreamEvent(detok.finish(text), [], result)
 
     def _drafters(self, config: GenerationConfig, prompt: list[int], contexts: list[list[int]], cache: DynamicCache,
-                  sampling: SamplingParams | None) -> tuple[NGramDrafter | None, DraftModelDrafter | None]:
+                  sampling: SamplingParams | None, stats: GenerationStats,
+                  ) -> tuple[NGramDrafter | None, DraftModelDrafter | None]:
+        """Set up this request's drafters (indexing is overhead; the draft model's prefill is its cost)."""
         ngram = dm = None
         if config.drafting in ("auto", "ngram"):
+            t = time.perf_counter()
             ngram = NGramDrafter(self.max_ngram, self.min_ngram)
             ngram.begin(prompt, contexts)
+            stats.overhead_ms += (time.perf_counter() - t) * 1000
         if config.drafting in ("auto", "draft_model") and self.draft is not None:
+            t = time.perf_counter()
             dm = DraftModelDrafter(self.draft, self.target, self.draft_min_confidence)
             dm.begin(prompt, contexts, cache, sampling)
+            stats.draft_model_ms += (time.perf_counter() - t) * 1000
         return ngram, dm
 
     def _draft(self, config: GenerationConfig, policy: DrafterPolicy, ngram: NGramDrafter | None,
                dm: DraftModelDrafter | None, gamma_max: int, stats: GenerationStats) -> tuple[Decision, Draft]:
-        """Choose the drafter for this round and get its proposal (``gamma_max`` may be 0)."""
+        """Choose the drafter and γ for this round (the policy, restricted to the request's
+        ``drafting`` mode) and get the proposal; ``gamma_max`` may be 0."""
         if gamma_max <= 0 or config.drafting == "off":
             return Decision(None, 0, "plain"), Draft([])
-        if config.drafting == "ngram":
-            return Decision("ngram", gamma_max, "fixed"), ngram.propose(None, gamma_max)
-        if config.drafting == "draft_model":
-            return Decision("draft_model", gamma_max, "fixed"), self._timed_dm(dm, gamma_max, stats)
+        if config.fixed_gamma and config.drafting == NGRAM:
+            return Decision(NGRAM, gamma_max, "fixed γ"), ngram.propose(None, gamma_max)
+        if config.fixed_gamma:
+            return Decision(DRAFT_MODEL, gamma_max, "fixed γ"), self._timed_dm(dm, gamma_max, stats)
         ngram_draft = ngram.propose(None, gamma_max) if ngram is not None else None
         decision = policy.choose(ngram_draft, dm is not None, gamma_max)
         if decision.drafter != policy.current:
@@ -243,9 +258,9 @@ class SpeculativeEngine:
             stats.switches.append({"at_token": 1 + stats.decode_tokens, "from": policy.current or "plain",
                                    "to": decision.drafter or "plain", "reason": decision.reason})
             policy.current = decision.drafter
-        if decision.drafter == "ngram":
+        if decision.drafter == NGRAM:
             return decision, ngram_draft.truncated(decision.gamma)
-        if decision.drafter == "draft_model":
+        if decision.drafter == DRAFT_MODEL:
             return decision, self._timed_dm(dm, decision.gamma, stats)
         return decision, Draft([])
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from decoding.attention import use_gqa_attention
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_TARGET_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -151,7 +153,8 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
         cache_dir: where the dequantized embedded model is cached.
 
     Returns:
-        A :class:`LoadedModel` in eval mode.
+        A :class:`LoadedModel` in eval mode; a grouped-query SDPA model on CPU gets
+        :data:`decoding.attention.GQA_SDPA` (same outputs, cheaper verification).
 
     Raises:
         ModelLoadError: the model cannot be found or loaded (the message names it).
@@ -165,5 +168,6 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {name_or_path!r} (from {source!r}): {exc}") from exc
     model.to(dev).eval()
+    use_gqa_attention(model)
     log.info("loaded %s on %s (%s)", name_or_path, dev, torch_dtype)
     return LoadedModel(model=model, tokenizer=tokenizer, name=name_or_path)

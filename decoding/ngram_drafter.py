@@ -10,8 +10,7 @@ far; appending a committed token costs O(max_ngram) dictionary updates.
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from decoding.drafter import Draft
 
@@ -21,8 +20,7 @@ PRIORITY_PASSAGE = 1  # retrieved passages (tokenized alone)
 PRIORITY_OUTPUT = 2  # what the model has generated so far
 
 
-@dataclass(frozen=True)
-class _Occurrence:
+class _Occurrence(NamedTuple):
     source: int  # index into NGramIndex.sources
     continuation: int  # position in that source right after the n-gram
     priority: int
@@ -60,12 +58,12 @@ class NGramDrafter:
     # -- building the index -------------------------------------------------------------
     def _add_position(self, source: int, end: int, priority: int) -> None:
         """Register every n-gram of the source that ends at position ``end`` (inclusive)."""
-        tokens = self._sources[source]
+        tokens, index = self._sources[source], self._index
         for n in range(self.min_ngram, min(self.max_ngram, end + 1) + 1):
             key = (tuple(tokens[end - n + 1 : end + 1]), priority)
-            occ = self._index.get(key)
+            occ = index.get(key)
             if occ is None:
-                occ = self._index[key] = deque(maxlen=self.max_occurrences)
+                occ = index[key] = deque(maxlen=self.max_occurrences)
             occ.append(_Occurrence(source, end + 1, priority, self._order))
             self._order += 1
 
@@ -104,7 +102,8 @@ class NGramDrafter:
 
         Returns:
             A :class:`Draft` with up to ``max_tokens`` tokens (empty when nothing
-            matches) and ``match_length`` = the matched n.
+            matches), ``match_length`` = the matched n and ``unanimous`` = whether all
+            occurrences of that n-gram agree on the next token.
         """
         stream = self._stream
         if max_tokens <= 0:
@@ -116,15 +115,15 @@ class NGramDrafter:
             usable = [o for o in occurrences if o.continuation < len(self._sources[o.source])]
             if not usable:
                 continue
-            best = self._best(usable)
+            next_tokens = Counter(self._sources[o.source][o.continuation] for o in usable)
+            best = self._best(usable, next_tokens)
             src = self._sources[best.source]
-            return Draft(src[best.continuation : best.continuation + max_tokens], None, n)
+            return Draft(src[best.continuation : best.continuation + max_tokens], None, n, len(next_tokens) == 1)
         return Draft([])
 
-    def _best(self, usable: list[_Occurrence]) -> _Occurrence:
+    def _best(self, usable: list[_Occurrence], next_tokens: Counter) -> _Occurrence:
         top = max(o.priority for o in usable)
         candidates = [o for o in usable if o.priority == top]
         if len(candidates) == 1:
             return candidates[0]
-        next_tokens = Counter(self._sources[o.source][o.continuation] for o in candidates)
         return max(candidates, key=lambda o: (next_tokens[self._sources[o.source][o.continuation]], o.order))

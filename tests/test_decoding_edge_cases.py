@@ -116,7 +116,8 @@ def test_oracle_drafts_are_clipped_to_the_context_window(scripted_target, script
     prompt = [5] * 40
     target = scripted_target(small.tokenizer, prompt, continuation, max_positions=64)
     engine = scripted_engine(target, lambda out: continuation[len(out):])
-    result = engine.generate(prompt, GenerationConfig(max_new_tokens=100, drafting="ngram", num_speculative_tokens=10))
+    result = engine.generate(prompt, GenerationConfig(max_new_tokens=100, drafting="ngram", num_speculative_tokens=10,
+                                                      fixed_gamma=True))
     assert result.token_ids == continuation[:24] and result.finish_reason == "length"
     assert target.model.max_seen <= 64
 
@@ -130,7 +131,8 @@ def test_tiny_budgets_with_drafts_of_ten(tiny_models, engine, scripted_engine, s
     if mode == "oracle":
         engine = scripted_engine(small, lambda out: ref[len(out):])
         mode = "ngram"
-    config = GenerationConfig(max_new_tokens=budget, drafting=mode, num_speculative_tokens=10, eos_token_ids=())
+    config = GenerationConfig(max_new_tokens=budget, drafting=mode, num_speculative_tokens=10, eos_token_ids=(),
+                              fixed_gamma=mode in ("ngram", "draft_model"))
     result = check(tiny_models, engine, prompt, config, contexts=[ref])
     assert len(result.token_ids) == budget
     assert result.stats.target_passes == max(budget - 1, 0)  # decode passes; the prefill yields token 1
@@ -214,7 +216,8 @@ def test_always_wrong_drafter_gives_plain_greedy(tiny_models, scripted_engine, n
         prompt = target.tokenizer.encode(text)
         ref = tiny_models.greedy(name, prompt, 40)
         engine = scripted_engine(target, lambda out: [(t + 1) % vocab for t in ref[len(out):]])
-        config = GenerationConfig(max_new_tokens=40, drafting="ngram", num_speculative_tokens=10, eos_token_ids=())
+        config = GenerationConfig(max_new_tokens=40, drafting="ngram", num_speculative_tokens=10, eos_token_ids=(),
+                                  fixed_gamma=True)
         result = check(tiny_models, engine, prompt, config, name=name)
         stats = result.stats.drafters["ngram"]
         assert stats.proposed > 0 and stats.accepted == 0 and result.stats.tau == 1.0
@@ -226,7 +229,8 @@ def test_oracle_drafter_reaches_gamma_plus_one(tiny_models, scripted_engine, sma
     budget = 1 + 4 * (gamma + 1)  # the prefill token + four full rounds
     ref = tiny_models.greedy("small", prompt, budget)
     engine = scripted_engine(small, lambda out: ref[len(out):])
-    config = GenerationConfig(max_new_tokens=budget, drafting="ngram", num_speculative_tokens=gamma, eos_token_ids=())
+    config = GenerationConfig(max_new_tokens=budget, drafting="ngram", num_speculative_tokens=gamma, eos_token_ids=(),
+                              fixed_gamma=True)
     result = check(tiny_models, engine, prompt, config)
     assert result.stats.drafters["ngram"].alpha == 1.0
     assert result.stats.tau == gamma + 1 and result.stats.target_passes == 4
@@ -339,7 +343,8 @@ def test_draft_model_stops_below_min_confidence(tiny_models, small):
 
 def test_generation_config_rejects_bad_values():
     for bad in (dict(max_new_tokens=-1), dict(temperature=-0.5), dict(top_p=0.0), dict(top_k=-1),
-                dict(drafting="fast"), dict(num_speculative_tokens=0), dict(stop_strings=("",))):
+                dict(drafting="fast"), dict(num_speculative_tokens=0), dict(fixed_gamma=True),
+                dict(fixed_gamma=True, drafting="off"), dict(stop_strings=("",))):
         with pytest.raises(ValueError):
             GenerationConfig(**bad)
 

@@ -2,8 +2,8 @@
 
 Seeded loops over random prompts on tiny random Llama models (small and large
 vocabularies; random, repetitive and text prompts), every drafting mode, budgets
-0..N, with and without EOS and stop strings, random γ, n-gram sizes, draft models
-and policy costs. Each case also checks that the streamed deltas add up to the text.
+0..N, with and without EOS and stop strings, random γ (fixed or the policy's), n-gram
+sizes, draft models and policy costs. Each case also checks that the streamed deltas add up to the text.
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def run_case(tiny_models, target: str, seed: int) -> None:
         eos = random_eos(rng, ref)
         stops = random_stop_strings(rng, ref_text) if rng.random() < 0.5 else ()
         config = GenerationConfig(max_new_tokens=budget, eos_token_ids=eos, stop_strings=stops, drafting=mode,
-                                  num_speculative_tokens=rng.randint(1, 10))
+                                  num_speculative_tokens=rng.randint(1, 17),
+                                  fixed_gamma=mode in ("ngram", "draft_model") and rng.random() < 0.5)
         contexts = random_contexts(rng, ref, vocab) if mode in ("ngram", "auto") else []
         where = f"{target} seed={seed} prompt={prompt} {config} contexts={contexts}"
 

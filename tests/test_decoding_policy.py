@@ -9,8 +9,8 @@ import pytest
 
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.drafter import Draft
-from decoding.policy import CostModel, DrafterPolicy, PolicyConfig, expected_tokens
-from decoding.stats import GenerationStats
+from decoding.policy import AcceptanceTable, CostModel, DrafterPolicy, PolicyConfig, expected_tokens
+from decoding.stats import DrafterStats, GenerationStats
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -18,15 +18,22 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 CPU_COSTS = CostModel(verify_ms=(30.0, 33.0, 40.0, 48.0, 50.0, 52.0, 54.0, 56.0, 57.0), draft_step_ms=8.0)
 
 
-def ngram_draft(n_tokens: int, match_length: int) -> Draft:
-    return Draft(list(range(n_tokens)), None, match_length)
+def ngram_draft(n_tokens: int, match_length: int, unanimous: bool = True) -> Draft:
+    return Draft(list(range(n_tokens)), None, match_length, unanimous)
+
+
+def failing(table: AcceptanceTable, state: tuple, rounds: int = 30) -> None:
+    for _ in range(rounds):
+        table.update(state, 4, 0)
 
 
 def test_expected_tokens():
-    assert expected_tokens(0.0, 5) == 1.0
-    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
-    assert expected_tokens(1.0, 4) == pytest.approx(5.0, rel=0.01)  # clamped just below 1
-    assert all(expected_tokens(0.7, g + 1) > expected_tokens(0.7, g) for g in range(10))
+    assert expected_tokens(0.0, 0.9, 5) == 1.0
+    assert expected_tokens(0.9, 0.9, 0) == 1.0
+    for a in (0.1, 0.5, 0.9):  # α₁ = αₙ = α is Leviathan et al.'s (1 - α^(γ+1)) / (1 - α)
+        assert expected_tokens(a, a, 4) == pytest.approx((1 - a**5) / (1 - a))
+    assert expected_tokens(0.5, 1.0, 4) == pytest.approx(3.0)
+    assert all(expected_tokens(0.6, 0.8, g + 1) > expected_tokens(0.6, 0.8, g) for g in range(16))
 
 
 def test_cost_model_extrapolates_linearly():
@@ -35,9 +42,36 @@ def test_cost_model_extrapolates_linearly():
     assert costs.verify(5) == pytest.approx(18.0)
 
 
+def test_table_counts_first_and_later_positions():
+    table = AcceptanceTable(PolicyConfig(decay=1.0, recovery=1.0, prior_strength=0.0))
+    state = ("ngram", "4+", True, False)
+    table.update(state, 4, 4)  # all accepted: first 1/1, later 3/3
+    assert table.alphas(state) == (1.0, 1.0)
+    table.update(state, 4, 1)  # first accepted, the second rejected: later 3/4
+    assert table.alphas(state) == (1.0, 0.75)
+    table.update(state, 4, 0)  # first rejected: later positions were never tested
+    assert table.alphas(state) == (pytest.approx(2 / 3), 0.75)
+    table.update(state, 1, 1)  # a one-token draft tests no later position
+    assert table.alphas(state) == (0.75, 0.75)
+    snap = table.snapshot()
+    assert snap == {"ngram:4+:unanimous": {"alpha_first": 0.75, "alpha_next": 0.75, "rounds": 4.0}}
+
+
+def test_unvisited_states_drift_back_to_the_prior():
+    cfg = PolicyConfig(recovery=0.9)
+    table = AcceptanceTable(cfg)
+    bad, other = ("draft_model", False), ("ngram", "2", True, False)
+    failing(table, bad, 10)
+    assert table.alphas(bad)[0] < 0.1
+    for _ in range(100):
+        table.update(other, 2, 2)
+    assert table.alphas(bad)[0] == pytest.approx(cfg.prior_first, abs=0.01)
+
+
 def test_plain_decoding_when_acceptance_is_low():
     policy = DrafterPolicy(CPU_COSTS)
-    policy.alphas.update(ngram_short=0.05, ngram_long=0.05, draft_model=0.05)
+    failing(policy.table, policy.ngram_state(ngram_draft(8, 4)))
+    failing(policy.table, policy.draft_model_state())
     decision = policy.choose(ngram_draft(8, 4), True, 8)
     assert decision.drafter is None and decision.gamma == 0 and "plain" in decision.reason
 
@@ -47,50 +81,51 @@ def test_no_drafter_available_means_plain():
     assert policy.choose(None, False, 8).drafter is None
     assert policy.choose(Draft([]), False, 8).drafter is None
     assert policy.choose(ngram_draft(8, 4), True, 0).drafter is None  # no room to draft
+    only_dm = DrafterPolicy(CPU_COSTS, drafters=frozenset({"draft_model"}))
+    assert only_dm.choose(ngram_draft(8, 4), False, 8).drafter is None  # n-gram not allowed, no draft model
 
 
 def test_long_match_picks_the_ngram_drafter():
     policy = DrafterPolicy(CPU_COSTS)
     decision = policy.choose(ngram_draft(8, 5), True, 8)
-    assert decision.drafter == "ngram" and decision.gamma >= 1 and "5-gram" in decision.reason
+    assert decision.drafter == "ngram" and decision.gamma >= 1 and "4+-gram match (unanimous)" in decision.reason
 
 
 def test_falls_back_to_the_draft_model_then_returns_on_a_long_match():
     policy = DrafterPolicy(CPU_COSTS)
     assert policy.choose(ngram_draft(8, 2), True, 8).drafter in ("ngram", "draft_model")
-    for _ in range(10):  # short n-gram matches keep failing
+    for _ in range(20):  # short n-gram matches keep failing
+        policy.choose(ngram_draft(4, 2), True, 8)
         policy.update("ngram", ngram_draft(4, 2), 0)
-    assert policy.alphas["ngram_short"] < 0.1
+    assert policy.table.alphas(("ngram", "2", True, False))[0] < 0.1
     assert policy.choose(ngram_draft(8, 2), True, 8).drafter == "draft_model"
     assert policy.choose(ngram_draft(8, 2), False, 8).drafter is None  # no draft model: plain
-    # A long match reappears: its own estimate was untouched by the short failures.
+    # A long match reappears: its own state was untouched by the short failures.
     assert policy.choose(ngram_draft(8, 6), True, 8).drafter == "ngram"
 
 
-def test_draft_model_benched_then_retried():
-    """A failing draft model is benched; its estimate drifts back to the prior, so it is retried."""
+def test_ambiguous_and_continuing_matches_are_separate_states():
     policy = DrafterPolicy(CPU_COSTS)
-    for _ in range(10):
-        policy.update("draft_model", Draft([1, 2, 3, 4]), 0)
-    assert policy.choose(None, True, 8).drafter is None
-    rounds = 0
-    while policy.choose(None, True, 8).drafter is None:
-        policy.update(None, None, 0)
-        rounds += 1
-        assert rounds < 200
-    assert policy.alphas["draft_model"] <= PolicyConfig().prior_draft_model
+    assert policy.ngram_state(ngram_draft(8, 3, unanimous=False)) == ("ngram", "3", False, False)
+    policy.choose(ngram_draft(8, 4), False, 8)
+    policy.update("ngram", ngram_draft(8, 4), 8)  # accepted in full: the next round continues a copied span
+    assert policy.ngram_state(ngram_draft(8, 4)) == ("ngram", "4+", True, True)
+    policy.update(None, None, 0)  # a plain step ends the span
+    assert policy.ngram_state(ngram_draft(8, 4)) == ("ngram", "4+", True, False)
 
 
-def test_update_moves_alpha_toward_the_observed_rate():
-    policy = DrafterPolicy(CPU_COSTS, PolicyConfig(ema_weight=0.5, recovery=0.0))
-    before = policy.alphas["ngram_long"]
-    policy.update("ngram", ngram_draft(4, 4), 4)  # all accepted: observed 1.0
-    assert policy.alphas["ngram_long"] == pytest.approx(0.5 * before + 0.5)
-    policy.update("ngram", ngram_draft(4, 4), 1)  # 1 accepted of 2 tested (the 2nd was rejected)
-    assert policy.alphas["ngram_long"] == pytest.approx(0.5 * (0.5 * before + 0.5) + 0.25)
-    short = policy.alphas["ngram_short"]
-    policy.update("ngram", ngram_draft(0, 4), 0)  # nothing proposed: nothing learned
-    assert policy.alphas["ngram_short"] == short
+def test_acceptance_persists_across_requests(scripted_engine, tiny_models):
+    """The engine's table outlives a request: a drafter that failed before starts benched."""
+    small = tiny_models.load("small")
+    prompt = small.tokenizer.encode("the disk is full")
+    ref = tiny_models.greedy("small", prompt, 30)
+    engine = scripted_engine(small, lambda out: [(t + 1) % 50 for t in ref[len(out):]], costs=CPU_COSTS)
+    config = GenerationConfig(max_new_tokens=30, drafting="ngram", eos_token_ids=())
+    first = engine.generate(prompt, config)
+    second = engine.generate(prompt, config)
+    assert first.token_ids == second.token_ids == ref
+    assert first.stats.drafters["ngram"].proposed > second.stats.drafters.get("ngram", DrafterStats()).proposed
+    assert engine.acceptance.snapshot()["ngram:4+:unanimous"]["alpha_first"] < 0.2
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -100,15 +135,15 @@ def test_gamma_maximises_expected_tokens_per_cost(seed):
     for _ in range(rng.randint(1, 11)):
         verify.append(verify[-1] + rng.uniform(0, 8))
     costs = CostModel(tuple(verify), rng.choice([None, rng.uniform(0.1, 10)]))
-    policy = DrafterPolicy(costs, PolicyConfig(min_gain=1.0))
-    alpha = rng.uniform(0, 1)
-    policy.alphas.update(ngram_short=alpha, ngram_long=alpha, draft_model=alpha)
+    a1, an = rng.uniform(0, 1), rng.uniform(0, 1)
+    cfg = PolicyConfig(min_gain=1.0, prior_first=a1, prior_next=an)
+    policy = DrafterPolicy(costs, AcceptanceTable(cfg))
     gamma_max = rng.randint(1, 10)
     n_draft = rng.randint(1, 12)
     use_dm = costs.draft_step_ms is not None and rng.random() < 0.5
 
     def rate(g, step):
-        return expected_tokens(alpha, g) / (costs.verify(g + 1) + g * step)
+        return expected_tokens(a1, an, g) / (costs.verify(g + 1) + g * step)
 
     decision = policy.choose(None if use_dm else ngram_draft(n_draft, 2), use_dm, gamma_max)
     step = costs.draft_step_ms if use_dm else 0.0
@@ -122,10 +157,10 @@ def test_gamma_maximises_expected_tokens_per_cost(seed):
 
 
 def test_steep_costs_choose_short_drafts_flat_costs_long_ones():
-    flat = DrafterPolicy(CostModel(verify_ms=(10.0,) * 9))
-    steep = DrafterPolicy(CostModel(verify_ms=(10.0, 11.0, 16.0, 22.0, 28.0, 34.0, 40.0, 46.0, 52.0)))
-    for p in (flat, steep):
-        p.alphas["ngram_long"] = 0.6
+    cfg = PolicyConfig(prior_first=0.6, prior_next=0.6)
+    flat = DrafterPolicy(CostModel(verify_ms=(10.0,) * 9), AcceptanceTable(cfg))
+    steep = DrafterPolicy(CostModel(verify_ms=(10.0, 11.0, 16.0, 22.0, 28.0, 34.0, 40.0, 46.0, 52.0)),
+                          AcceptanceTable(cfg))
     assert flat.choose(ngram_draft(8, 4), False, 8).gamma == 8
     assert steep.choose(ngram_draft(8, 4), False, 8).gamma <= 2
 

@@ -96,7 +96,7 @@ def test_first_tokens_follow_the_target_distribution(tiny_models, micro, prompt,
     vocab = micro.model.config.vocab_size
     engine = SpeculativeEngine(micro, tiny_models.load("micro_draft") if drafting in ("draft_model", "auto") else None,
                                costs=CHEAP, max_ngram=1, min_ngram=1, draft_min_confidence=0.0,
-                               policy=PolicyConfig(prior_ngram_short=0.7, prior_draft_model=0.7))
+                               policy=PolicyConfig(prior_first=0.7, prior_next=0.7))
     # "auto": passages for half of the first tokens only, so the policy drafts with the n-gram
     # drafter after those (it is cheaper at equal α) and with the draft model after the others.
     contexts = passages[::2] if drafting == "auto" else passages
