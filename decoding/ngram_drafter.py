@@ -115,15 +115,16 @@ class NGramDrafter:
             usable = [o for o in occurrences if o.continuation < len(self._sources[o.source])]
             if not usable:
                 continue
-            next_tokens = Counter(self._sources[o.source][o.continuation] for o in usable)
-            best = self._best(usable, next_tokens)
+            best = self._best(usable)
             src = self._sources[best.source]
-            return Draft(src[best.continuation : best.continuation + max_tokens], None, n, len(next_tokens) == 1)
+            unanimous = len({self._sources[o.source][o.continuation] for o in usable}) == 1
+            return Draft(src[best.continuation : best.continuation + max_tokens], None, n, unanimous)
         return Draft([])
 
-    def _best(self, usable: list[_Occurrence], next_tokens: Counter) -> _Occurrence:
+    def _best(self, usable: list[_Occurrence]) -> _Occurrence:
         top = max(o.priority for o in usable)
         candidates = [o for o in usable if o.priority == top]
         if len(candidates) == 1:
             return candidates[0]
+        next_tokens = Counter(self._sources[o.source][o.continuation] for o in candidates)
         return max(candidates, key=lambda o: (next_tokens[self._sources[o.source][o.continuation]], o.order))

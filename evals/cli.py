@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 QUICK_QUESTIONS = {"exactness": 4, "latency": 3}
 QUICK_TOKENS = 48
-FULL_TOKENS = 64
+FULL_TOKENS = {"exactness": 64, "latency": 64}
 
 _questions_opt = typer.Option(DEFAULT_QUESTIONS, "--questions", help="questions.jsonl file")
 _corpus_opt = typer.Option(DEFAULT_CORPUS, "--corpus", help="folder to ingest into a temporary store")
@@ -49,7 +49,7 @@ def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path],
     qs = load_questions(questions)
     if quick:
         qs = quick_subset(qs, QUICK_QUESTIONS[kind])
-    n_tokens = max_new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS)
+    n_tokens = max_new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS[kind])
     setup = build_setup(None if data_dir else corpus, data_dir, draft_model=draft_model)
     return setup, build_cases(setup, qs, n_tokens), n_tokens
 
@@ -58,7 +58,7 @@ def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path],
 def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
               quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['exactness']} questions, {QUICK_TOKENS} tokens"),
               json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
-              max_new_tokens: Optional[int] = typer.Option(None, help=f"default {FULL_TOKENS} ({QUICK_TOKENS} quick)"),
+              max_new_tokens: Optional[int] = typer.Option(None, help=f"default {FULL_TOKENS['exactness']} ({QUICK_TOKENS} quick)"),
               draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
               allow_near_ties: Optional[float] = typer.Option(
                   None, help="pass divergences whose reference top-1/top-2 logit margin is <= this")) -> None:
@@ -84,18 +84,26 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
 def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
             quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['latency']} questions, {QUICK_TOKENS} tokens"),
             json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
-            max_new_tokens: Optional[int] = typer.Option(None, help=f"default {FULL_TOKENS} ({QUICK_TOKENS} quick)"),
+            max_new_tokens: Optional[int] = typer.Option(None, help=f"default {FULL_TOKENS['latency']} ({QUICK_TOKENS} quick)"),
             repeats: int = typer.Option(1, min=1, help="timed runs per question and mode"),
-            modes: Optional[str] = typer.Option(None, help="comma-separated subset of modes"),
+            modes: Optional[str] = typer.Option(
+                None, help="comma-separated modes (default: the anchors and our policy; add ours_off, ours_ngram)"),
             draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL")) -> None:
     """Speedup, τ, α, TTFT, ITL of our modes vs transformers greedy, prompt lookup and assisted generation."""
     from evals.harness import hardware_summary
     from evals.latency import run_latency
     from evals.report import latency_markdown, latency_plots
 
+    from evals.latency import HF_MODES, OUR_MODES
+
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
+    unknown = [m for m in mode_list or [] if m not in (*HF_MODES, *OUR_MODES)]
+    if unknown:
+        raise typer.BadParameter(f"unknown modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}",
+                                 param_hint="--modes")
     setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
     try:
-        result = run_latency(setup.engine, cases, n_tokens, repeats, modes.split(",") if modes else None)
+        result = run_latency(setup.engine, cases, n_tokens, repeats, mode_list)
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens, repeats=repeats)
     finally:
         setup.close()

@@ -23,6 +23,7 @@ from evals.harness import Case
 log = logging.getLogger(__name__)
 
 HF_MODES = ("hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "hf_assisted")
+OUR_MODES = ("ours_off", "ours_ngram", "ours_draft_model", "ours_auto")
 
 
 @dataclass
@@ -140,11 +141,23 @@ def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: i
 
 
 def latency_modes(engine: SpeculativeEngine) -> list[str]:
-    """All modes this engine supports (assisted and draft-model modes need a draft model)."""
-    has_draft = engine.draft is not None
-    hf = [m for m in HF_MODES if m != "hf_assisted" or has_draft]
-    ours = ["ours_off", "ours_ngram"] + (["ours_draft_model"] if has_draft else []) + ["ours_auto"]
-    return hf + ours
+    """The default modes for this engine.
+
+    Assisted generation and the draft-model modes need a draft model. Without one,
+    ``ours_ngram`` is the very configuration ``ours_auto`` runs (the policy with the n-gram
+    drafter only), so it is timed once, as ``ours_auto`` (see :func:`mode_aliases`).
+    ``ours_off`` (our loop without drafting: its overhead vs ``hf_greedy``) is opt-in.
+    """
+    if engine.draft is None:
+        return [m for m in HF_MODES if m != "hf_assisted"] + ["ours_auto"]
+    return list(HF_MODES) + ["ours_ngram", "ours_draft_model", "ours_auto"]
+
+
+def mode_aliases(engine: SpeculativeEngine, modes: list[str]) -> dict[str, str]:
+    """``{mode not timed: the timed mode with the same configuration}``."""
+    if engine.draft is None and "ours_auto" in modes and "ours_ngram" not in modes:
+        return {"ours_ngram": "ours_auto"}
+    return {}
 
 
 def _run(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int) -> Run:
@@ -182,11 +195,17 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         JSON-able dict; top-level keys ``speedup`` ({mode: {"median", "min"}}, decode
         phase), ``speedup_e2e``, ``tau``, ``alpha``, ``tokens_per_s``, ``ttft_ms``,
         ``itl_ms``, ``exact_vs_greedy``, ``overhead_pct``, ``memory``, ``per_question``,
-        ``acceptance_by_position``, ``block_sizes``.
+        ``acceptance_by_position``, ``block_sizes``, ``aliases``.
+
+    Raises:
+        ValueError: an unknown mode name.
     """
     modes = modes or latency_modes(engine)
     if "hf_greedy" not in modes:
         modes = ["hf_greedy"] + modes
+    unknown = [m for m in modes if m not in (*HF_MODES, *OUR_MODES)]
+    if unknown:
+        raise ValueError(f"unknown latency modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}")
     for mode in modes:  # warm-up: one short pass each
         _run(engine, mode, cases[0], min(8, max_new_tokens))
     runs: dict[str, dict[str, list[Run]]] = {m: {} for m in modes}
@@ -196,7 +215,9 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
             for mode in modes[shift:] + modes[:shift]:
                 runs[mode].setdefault(case.question.id, []).append(_run(engine, mode, case, max_new_tokens))
         log.info("%s timed (%d/%d)", case.question.id, qi + 1, len(cases))
-    return summarize(runs, cases)
+    out = summarize(runs, cases)
+    out["aliases"] = mode_aliases(engine, modes)
+    return out
 
 
 def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:

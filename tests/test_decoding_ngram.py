@@ -131,7 +131,9 @@ def test_repeated_boilerplate_does_not_evict_a_passage_match():
 def naive_propose(prompt, contexts, output, max_ngram, min_ngram, max_tokens):
     """The specification, by brute force: longest suffix n-gram; among its occurrences that
     have a continuation, the highest source priority (output > passage > prompt), then the
-    most frequent next token, then the most recent (passages ranked best are the most recent)."""
+    most frequent next token, then the most recent (passages ranked best are the most recent).
+    Returns ``(tokens, n, unanimous)``: unanimous when every occurrence (any source) has the
+    same next token."""
     stream = list(prompt) + list(output)
     occurrences = []  # (source tokens, continuation index, priority), oldest first
     for ctx in reversed([c for c in contexts if c]):
@@ -145,14 +147,15 @@ def naive_propose(prompt, contexts, output, max_ngram, min_ngram, max_tokens):
                   if end + 1 >= n and src[end + 1 - n : end + 1] == key and end + 1 < len(src)]
         if not usable:
             continue
+        unanimous = len({src[cont] for src, cont, _, _ in usable}) == 1
         top = max(u[2] for u in usable)
         usable = [u for u in usable if u[2] == top]
         freq = {}
         for src, cont, _, _ in usable:
             freq[src[cont]] = freq.get(src[cont], 0) + 1
         src, cont, _, _ = max(usable, key=lambda u: (freq[u[0][u[1]]], u[3]))
-        return src[cont : cont + max_tokens], n
-    return [], 0
+        return src[cont : cont + max_tokens], n, unanimous
+    return [], 0, True
 
 
 tokens = st.lists(st.integers(0, 3), max_size=25)
@@ -168,8 +171,8 @@ def test_matches_a_naive_scan(prompt, contexts, output, sizes, max_tokens):
     for i, t in enumerate(output):  # check after every observed token, as in decoding
         draft = d.propose(None, max_tokens)
         want = naive_propose(prompt, contexts, output[:i], max_ngram, min_ngram, max_tokens)
-        assert (draft.tokens, draft.match_length if draft.tokens else 0) == want
+        assert (draft.tokens, draft.match_length if draft.tokens else 0, draft.unanimous) == want
         d.observe([t])
     draft = d.propose(None, max_tokens)
-    assert (draft.tokens, draft.match_length if draft.tokens else 0) == naive_propose(
+    assert (draft.tokens, draft.match_length if draft.tokens else 0, draft.unanimous) == naive_propose(
         prompt, contexts, output, max_ngram, min_ngram, max_tokens)

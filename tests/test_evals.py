@@ -12,7 +12,7 @@ from decoding import SpeculativeEngine
 from decoding.policy import CostModel
 from evals.exactness import failing_divergences, run_exactness
 from evals.harness import Case
-from evals.latency import run_latency
+from evals.latency import latency_modes, run_latency
 from evals.questions import Question, load_questions, quick_subset
 from evals.report import exactness_markdown, latency_markdown, latency_plots, retrieval_markdown
 from evals.retrieval_eval import run_retrieval
@@ -80,6 +80,19 @@ def test_latency_report_shape_and_plots(tiny_engine, tiny_cases, tmp_path):
     assert [p.name for p in paths] == ["speedup.png", "tau_hist.png", "acceptance_by_position.png",
                                        "speedup_vs_copied.png"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_latency_without_a_draft_model_times_the_ngram_policy_once(tiny_engine, tiny_cases):
+    _, cases = tiny_cases
+    engine = SpeculativeEngine(tiny_engine.target, costs=tiny_engine.costs)
+    assert latency_modes(engine) == ["hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "ours_auto"]
+    report = run_latency(engine, cases[:1], max_new_tokens=4)
+    assert report["aliases"] == {"ours_ngram": "ours_auto"}
+    report.update(hardware={"device": "cpu"}, max_new_tokens=4, repeats=1)
+    md = latency_markdown(report)
+    assert "| ours_ngram | = ours_auto" in md and "Default policy (ours_auto): median decode speedup" in md
+    with pytest.raises(ValueError, match="unknown latency modes"):
+        run_latency(engine, cases[:1], max_new_tokens=4, modes=["ours_fast"])
 
 
 def test_questions_file_and_quick_subset():
