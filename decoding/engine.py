@@ -38,6 +38,11 @@ from decoding.verification import verify_greedy, verify_sampling
 log = logging.getLogger(__name__)
 
 
+# Drafters the policy may use per ``GenerationConfig.drafting`` mode.
+ALLOWED_DRAFTERS = {"auto": frozenset({NGRAM, DRAFT_MODEL}), "ngram": frozenset({NGRAM}),
+                    "draft_model": frozenset({DRAFT_MODEL}), "off": frozenset()}
+
+
 class PromptError(ValueError):
     """The prompt is empty or does not fit the model's context window."""
 
@@ -96,11 +101,11 @@ class SpeculativeEngine:
         policy: policy knobs.
         max_ngram, min_ngram: n-gram drafter match lengths (tokens).
         max_speculative_tokens: the largest γ calibrated for.
+        draft_min_confidence: the draft model stops below this top probability.
 
     The engine keeps one :class:`AcceptanceTable` for all its requests: acceptance
     measured on earlier answers sets the policy's expectations for the next one (except
     for seeded sampling, which starts from the priors so that a seed reproduces its sample).
-        draft_min_confidence: the draft model stops below this top probability.
 
     Raises:
         VocabularyMismatchError: the draft's vocabulary differs from the target's.
@@ -195,10 +200,10 @@ class SpeculativeEngine:
             for d in (ngram, dm):
                 if d is not None:
                     d.observe(committed)
-            allowed = {"auto": {NGRAM, DRAFT_MODEL}, "ngram": {NGRAM}, "draft_model": {DRAFT_MODEL}, "off": set()}
             # A seeded sample must not depend on earlier requests: it drafts from the priors.
-            table = AcceptanceTable(self.acceptance.config) if sampling is not None and config.seed is not None else self.acceptance
-            policy = DrafterPolicy(self.costs, table, frozenset(allowed[config.drafting]))
+            seeded = sampling is not None and config.seed is not None
+            table = AcceptanceTable(self.acceptance.config) if seeded else self.acceptance
+            policy = DrafterPolicy(self.costs, table, ALLOWED_DRAFTERS[config.drafting])
             while stop.finish_reason is None:
                 if cancel is not None and cancel():
                     stop.finish_reason = "cancelled"

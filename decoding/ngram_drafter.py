@@ -37,8 +37,8 @@ class NGramDrafter:
             bounds lookup cost without letting a repeated prompt n-gram evict a passage's.
 
     Tie-break among occurrences of the matched n-gram: source priority (output >
-    passages > prompt), then how often the candidate's next token follows the n-gram,
-    then recency.
+    passages > prompt), then how often the candidate's next token follows the n-gram
+    anywhere (every source votes), then recency.
     """
 
     name = "ngram"
@@ -115,16 +115,16 @@ class NGramDrafter:
             usable = [o for o in occurrences if o.continuation < len(self._sources[o.source])]
             if not usable:
                 continue
-            best = self._best(usable)
+            votes = Counter(self._sources[o.source][o.continuation] for o in usable)
+            best = self._best(usable, votes)
             src = self._sources[best.source]
-            unanimous = len({self._sources[o.source][o.continuation] for o in usable}) == 1
-            return Draft(src[best.continuation : best.continuation + max_tokens], None, n, unanimous)
+            return Draft(src[best.continuation : best.continuation + max_tokens], None, n, len(votes) == 1)
         return Draft([])
 
-    def _best(self, usable: list[_Occurrence]) -> _Occurrence:
+    def _best(self, usable: list[_Occurrence], votes: Counter) -> _Occurrence:
+        """Highest source priority, then the next token most occurrences (any source) vote for, then recency."""
         top = max(o.priority for o in usable)
         candidates = [o for o in usable if o.priority == top]
         if len(candidates) == 1:
             return candidates[0]
-        next_tokens = Counter(self._sources[o.source][o.continuation] for o in candidates)
-        return max(candidates, key=lambda o: (next_tokens[self._sources[o.source][o.continuation]], o.order))
+        return max(candidates, key=lambda o: (votes[self._sources[o.source][o.continuation]], o.order))

@@ -137,7 +137,7 @@ class AcceptanceTable:
             c.next_accepted += min(accepted - 1, tried)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
-        """``{state: {"alpha_first", "alpha_next", "rounds"}}`` for stats and logs."""
+        """``{state: {"alpha_first", "alpha_next", "rounds"}}``: what the policy has learned (eval reports)."""
         return {_state_name(s): {"alpha_first": round(a1, 3), "alpha_next": round(an, 3),
                                  "rounds": round(self.counts[s].first_tried, 1)}
                 for s in sorted(self.counts, key=str) for a1, an in [self.alphas(s)]}
@@ -153,6 +153,7 @@ def _describe(state: tuple) -> str:
 
 
 def _state_name(state: tuple) -> str:
+    """A drafting state as a compact key, e.g. ``ngram:4+:unanimous:continuing``."""
     if state[0] == NGRAM:
         _, n, unanimous, continuing = state
         return f"ngram:{n}{':unanimous' if unanimous else ':ambiguous'}" \

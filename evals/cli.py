@@ -58,7 +58,8 @@ def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path],
 def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
               quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['exactness']} questions, {QUICK_TOKENS} tokens"),
               json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
-              max_new_tokens: Optional[int] = typer.Option(None, help=f"default {FULL_TOKENS['exactness']} ({QUICK_TOKENS} quick)"),
+              max_new_tokens: Optional[int] = typer.Option(
+                  None, help=f"default {FULL_TOKENS['exactness']} ({QUICK_TOKENS} quick)"),
               draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
               allow_near_ties: Optional[float] = typer.Option(
                   None, help="pass divergences whose reference top-1/top-2 logit margin is <= this")) -> None:
@@ -84,7 +85,8 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
 def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
             quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['latency']} questions, {QUICK_TOKENS} tokens"),
             json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
-            max_new_tokens: Optional[int] = typer.Option(None, help=f"default {FULL_TOKENS['latency']} ({QUICK_TOKENS} quick)"),
+            max_new_tokens: Optional[int] = typer.Option(
+                None, help=f"default {FULL_TOKENS['latency']} ({QUICK_TOKENS} quick)"),
             repeats: int = typer.Option(1, min=1, help="timed runs per question and mode"),
             modes: Optional[str] = typer.Option(
                 None, help="comma-separated modes (default: the anchors and our policy; add ours_off, ours_ngram)"),

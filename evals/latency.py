@@ -195,7 +195,8 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         JSON-able dict; top-level keys ``speedup`` ({mode: {"median", "min"}}, decode
         phase), ``speedup_e2e``, ``tau``, ``alpha``, ``tokens_per_s``, ``ttft_ms``,
         ``itl_ms``, ``exact_vs_greedy``, ``overhead_pct``, ``memory``, ``per_question``,
-        ``acceptance_by_position``, ``block_sizes``, ``aliases``.
+        ``acceptance_by_position``, ``block_sizes``, ``aliases``, ``policy_states`` (the
+        acceptance per drafting state the engine measured).
 
     Raises:
         ValueError: an unknown mode name.
@@ -217,6 +218,7 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         log.info("%s timed (%d/%d)", case.question.id, qi + 1, len(cases))
     out = summarize(runs, cases)
     out["aliases"] = mode_aliases(engine, modes)
+    out["policy_states"] = engine.acceptance.snapshot()
     return out
 
 

@@ -44,6 +44,13 @@ def test_more_frequent_continuation_beats_more_recent():
     assert d.propose(None, 1).tokens == [X]
 
 
+def test_lower_priority_sources_vote_between_output_candidates():
+    """Two output occurrences disagree; the passages break the tie (the older one, P, wins)."""
+    d = drafter([Z], contexts=[[A, B, P], [A, B, P]], output=[A, B, P, Z, A, B, R, Y, A, B])
+    draft = d.propose(None, 1)
+    assert draft.tokens == [P] and not draft.unanimous
+
+
 def test_equal_frequency_prefers_the_more_recent():
     d = drafter([Z, A, B], contexts=[[A, B, Y, Y], [A, B, X, X]])  # contexts[0] ranks best
     assert d.propose(None, 2).tokens == [Y, Y]
@@ -131,8 +138,8 @@ def test_repeated_boilerplate_does_not_evict_a_passage_match():
 def naive_propose(prompt, contexts, output, max_ngram, min_ngram, max_tokens):
     """The specification, by brute force: longest suffix n-gram; among its occurrences that
     have a continuation, the highest source priority (output > passage > prompt), then the
-    most frequent next token, then the most recent (passages ranked best are the most recent).
-    Returns ``(tokens, n, unanimous)``: unanimous when every occurrence (any source) has the
+    next token most frequent over all of them (any source), then the most recent (passages
+    ranked best are the most recent). Returns ``(tokens, n, unanimous)``: unanimous when every occurrence (any source) has the
     same next token."""
     stream = list(prompt) + list(output)
     occurrences = []  # (source tokens, continuation index, priority), oldest first
@@ -148,11 +155,11 @@ def naive_propose(prompt, contexts, output, max_ngram, min_ngram, max_tokens):
         if not usable:
             continue
         unanimous = len({src[cont] for src, cont, _, _ in usable}) == 1
+        freq = {}
+        for src, cont, _, _ in usable:  # every source votes
+            freq[src[cont]] = freq.get(src[cont], 0) + 1
         top = max(u[2] for u in usable)
         usable = [u for u in usable if u[2] == top]
-        freq = {}
-        for src, cont, _, _ in usable:
-            freq[src[cont]] = freq.get(src[cont], 0) + 1
         src, cont, _, _ = max(usable, key=lambda u: (freq[u[0][u[1]]], u[3]))
         return src[cont : cont + max_tokens], n, unanimous
     return [], 0, True
