@@ -153,8 +153,8 @@ class SpeculativeEngine:
             cancel: polled between rounds; returning True ends with ``"cancelled"``.
 
         Raises:
-            PromptError: empty prompt, ids outside the vocabulary, or the prompt alone
-                fills the context window.
+            PromptError: empty prompt, prompt or context ids outside the vocabulary, or
+                the prompt alone fills the context window.
             ValueError: ``drafting="draft_model"`` without a draft model.
         """
         prompt = [int(t) for t in prompt_ids]
@@ -168,8 +168,12 @@ class SpeculativeEngine:
         vocab = self.target.model.config.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
             raise PromptError(f"prompt token ids outside the vocabulary [0, {vocab}): got {min(prompt)}..{max(prompt)}")
+        contexts = [[int(t) for t in c] for c in contexts]
+        bad = [t for c in contexts for t in c if not 0 <= t < vocab]
+        if bad:
+            raise PromptError(f"context token ids outside the vocabulary [0, {vocab}): got {bad[:5]}")
         with self._lock, torch.inference_mode():
-            yield from self._run(prompt, config, [list(c) for c in contexts], cancel)
+            yield from self._run(prompt, config, contexts, cancel)
 
     # -- the loop -------------------------------------------------------------------------
     def _run(self, prompt: list[int], config: GenerationConfig, contexts: list[list[int]],

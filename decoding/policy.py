@@ -24,6 +24,7 @@ back when a long match reappears after its short matches stopped paying.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from decoding.drafter import Draft
@@ -42,6 +43,12 @@ class CostModel:
 
     verify_ms: tuple[float, ...]
     draft_step_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        """Raises ValueError: an empty table, or a cost that is not a finite positive number."""
+        costs = [*self.verify_ms, *([] if self.draft_step_ms is None else [self.draft_step_ms])]
+        if not self.verify_ms or not all(math.isfinite(c) and c > 0 for c in costs):
+            raise ValueError(f"costs must be finite positive ms with at least one verify cost, got {self}")
 
     def verify(self, n_tokens: int) -> float:
         """Cost of a target pass over ``n_tokens`` (linear extrapolation past the table)."""
@@ -74,6 +81,21 @@ class PolicyConfig:
     prior_first: float = 0.5
     prior_next: float = 0.8
     min_gain: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Raises ValueError: a weight or prior outside [0, 1], a non-positive prior strength
+        or match length, or a non-finite gain."""
+        unit = {"decay": self.decay, "recovery": self.recovery, "prior_first": self.prior_first,
+                "prior_next": self.prior_next}
+        bad = [f"{k}={v}" for k, v in unit.items() if not 0.0 <= v <= 1.0]
+        if self.prior_strength <= 0 or not math.isfinite(self.prior_strength):
+            bad.append(f"prior_strength={self.prior_strength} (must be > 0)")
+        if self.long_match < 1:
+            bad.append(f"long_match={self.long_match} (must be >= 1)")
+        if not math.isfinite(self.min_gain) or self.min_gain <= 0:
+            bad.append(f"min_gain={self.min_gain}")
+        if bad:
+            raise ValueError(f"invalid PolicyConfig: {', '.join(bad)}")
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,9 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
 
     from evals.latency import HF_MODES, OUR_MODES
 
-    mode_list = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
+    mode_list = list(dict.fromkeys(m.strip() for m in modes.split(",") if m.strip())) if modes is not None else None
+    if mode_list == []:
+        raise typer.BadParameter("no modes given", param_hint="--modes")
     unknown = [m for m in mode_list or [] if m not in (*HF_MODES, *OUR_MODES)]
     if unknown:
         raise typer.BadParameter(f"unknown modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}",

@@ -124,6 +124,8 @@ def test_eval_commands_are_reachable():
     assert all(name in result.stdout for name in ("exactness", "latency", "retrieval"))
     result = runner.invoke(app, ["eval", "latency", "--modes", "hf_greedy,ours_fast"])
     assert result.exit_code == 2 and "unknown modes" in result.output  # refused before any model loads
+    result = runner.invoke(app, ["eval", "latency", "--modes", " , "])
+    assert result.exit_code == 2 and "no modes" in result.output
 
 
 @pytest.mark.slow

