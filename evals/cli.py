@@ -33,7 +33,7 @@ def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path
     """Print the Markdown summary; write the JSON and ``REPORT/NAME.md`` when asked."""
     from evals.report import write_json
 
-    console.print(md, markup=False, highlight=False)
+    console.print(md, markup=False, highlight=False, soft_wrap=True)  # tables stay one row per line
     if json_out:
         write_json(result, json_out)
     if report:
