@@ -6,9 +6,9 @@ import time
 
 import numpy as np
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from decoding.kv_cache import crop_cache
+from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.policy import CostModel
 
 
@@ -36,7 +36,7 @@ def measure_forward_ms(model: PreTrainedModel, n_tokens: list[int], context_toke
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, vocab, (1, context_tokens), generator=gen).to(device)
-    cache = DynamicCache()
+    cache = PreallocatedCache(context_tokens + max(n_tokens))
     model(input_ids=context, cache=cache, use_cache=True)
     out = []
     for n in n_tokens:

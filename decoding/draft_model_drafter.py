@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from decoding.drafter import Draft
-from decoding.kv_cache import crop_cache
+from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.models import LoadedModel
 from decoding.sampling import SamplingParams, sample
 
@@ -62,7 +62,7 @@ class DraftModelDrafter:
         self.min_confidence = min_confidence
         same = _same_kv_layout(draft.model, target.model) and draft.dtype == target.dtype
         self.share_target_prefill = same if share_target_prefill is None else share_target_prefill
-        self._cache: DynamicCache | None = None
+        self._cache: PreallocatedCache | None = None
         self._cached: list[int] = []
         self._committed: list[int] = []
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -79,15 +79,15 @@ class DraftModelDrafter:
         self._sampling = sampling
         self._prefix_kv = None
         if self.share_target_prefill and isinstance(target_cache, DynamicCache):
-            # DynamicCache updates concatenate into new tensors and crops slice, so these
-            # references stay a snapshot of the prompt KV without a copy.
+            # The prompt's positions: the target's later passes write after them (a dynamic
+            # cache, into new tensors) and crops never reach them, so no copy is needed.
             self._prefix_kv = [(layer.keys, layer.values) for layer in target_cache.layers]
 
     def observe(self, new_tokens: Sequence[int]) -> None:
         self._committed.extend(int(t) for t in new_tokens)
 
     def _start_cache(self) -> None:
-        self._cache = DynamicCache()
+        self._cache = PreallocatedCache(2 * len(self._committed))
         if self._prefix_kv is not None:
             for i, (k, v) in enumerate(self._prefix_kv):
                 self._cache.update(k, v, i)

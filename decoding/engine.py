@@ -19,14 +19,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 import torch
-from transformers import DynamicCache
-
 from decoding.calibration import calibrate
 from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer
 from decoding.draft_model_drafter import DraftModelDrafter, check_compatible
 from decoding.drafter import Draft
-from decoding.kv_cache import crop_cache
+from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.models import LoadedModel
 from decoding.ngram_drafter import NGramDrafter
 from decoding.policy import DRAFT_MODEL, NGRAM, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig
@@ -75,7 +73,7 @@ class StreamEvent:
     result: GenerationResult | None = None
 
 
-def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: DynamicCache) -> torch.Tensor:
+def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: PreallocatedCache) -> torch.Tensor:
     """Run the prompt through the model into ``cache``; return the last position's logits ``(vocab,)``.
 
     Only the last position goes through the LM head (``logits_to_keep=1``): for a
@@ -85,7 +83,7 @@ def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: DynamicCache) 
     return model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
 
 
-def target_pass(model: torch.nn.Module, tokens: list[int], cache: DynamicCache) -> torch.Tensor:
+def target_pass(model: torch.nn.Module, tokens: list[int], cache: PreallocatedCache) -> torch.Tensor:
     """One verification pass over ``tokens`` (last committed + draft): logits ``(len(tokens), vocab)``."""
     x = torch.tensor([tokens], device=next(model.parameters()).device)
     return model(input_ids=x, cache=cache, use_cache=True).logits[0]
@@ -191,7 +189,7 @@ class SpeculativeEngine:
             model = self.target.model
             sampling = None if config.greedy else SamplingParams(
                 config.temperature, config.top_k, config.top_p, config.seed, self.target.device)
-            cache = DynamicCache()
+            cache = PreallocatedCache(len(prompt) + budget)
             logits = prefill(model, prompt, cache)
             stats.prefill_ms = (time.perf_counter() - t0) * 1000
             first = int(logits.argmax()) if sampling is None else sample(sampling.probs(logits), sampling.generator)
@@ -240,7 +238,7 @@ class SpeculativeEngine:
         result = GenerationResult(list(stop.output), text, stop.finish_reason or "length", stats)
         yield StreamEvent(detok.finish(text), [], result)
 
-    def _drafters(self, config: GenerationConfig, prompt: list[int], contexts: list[list[int]], cache: DynamicCache,
+    def _drafters(self, config: GenerationConfig, prompt: list[int], contexts: list[list[int]], cache: PreallocatedCache,
                   sampling: SamplingParams | None, stats: GenerationStats,
                   ) -> tuple[NGramDrafter | None, DraftModelDrafter | None]:
         """Set up this request's drafters (indexing is overhead; the draft model's prefill is its cost)."""
