@@ -80,7 +80,7 @@ class CopilotService:
             target = load_model(settings.target_model, device=settings.device, dtype=settings.dtype,
                                 cache_dir=settings.model_cache_dir)
             engine = SpeculativeEngine(target, load_draft(settings, target), max_ngram=settings.max_ngram,
-                                       min_ngram=settings.min_ngram,
+                                       min_ngram=settings.min_ngram, answer_history=settings.answer_history,
                                        max_speculative_tokens=settings.num_speculative_tokens)
         return cls(settings, store, engine)
 

@@ -78,5 +78,8 @@ def calibrate(target: PreTrainedModel, draft: PreTrainedModel | None, max_tokens
     # over n - 1 and at most n single-token passes.
     for i in range(1, len(verify)):
         verify[i] = min(max(verify[i], verify[i - 1]), (i + 1) * verify[0])
-    step = measure_forward_ms(draft, [1], context_tokens, repeats)[0] if draft is not None else None
+    step = None
+    if draft is not None:
+        draft_window = int(getattr(draft.config, "max_position_embeddings", context_tokens + 1))
+        step = measure_forward_ms(draft, [1], max(1, min(context_tokens, draft_window - 1)), repeats)[0]
     return CostModel(tuple(verify), step)

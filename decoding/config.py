@@ -50,6 +50,12 @@ class GenerationConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, got {value!r}")
+        if not isinstance(self.fixed_gamma, bool):
+            raise TypeError(f"fixed_gamma must be a bool, got {self.fixed_gamma!r}")
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number, got {value!r}")
         if not (math.isfinite(self.temperature) and math.isfinite(self.top_p)):
             raise ValueError(f"temperature and top_p must be finite, got {self.temperature}, {self.top_p}")
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):

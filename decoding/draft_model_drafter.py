@@ -112,6 +112,8 @@ class DraftModelDrafter:
             A :class:`Draft`; ``probs`` is q as ``(len(tokens), vocab)`` float32 when
             sampling, else ``None`` (greedy drafting).
         """
+        # Stay inside the draft's own context window (it may be shorter than the target's).
+        max_tokens = min(max_tokens, self.draft.max_positions - len(self._committed))
         if max_tokens <= 0:
             return Draft([])
         if self._cache is None:

@@ -26,7 +26,7 @@ from decoding.draft_model_drafter import DraftModelDrafter, check_compatible
 from decoding.drafter import Draft
 from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.models import LoadedModel
-from decoding.ngram_drafter import NGramDrafter
+from decoding.ngram_drafter import AnswerHistory, NGramDrafter
 from decoding.policy import DRAFT_MODEL, NGRAM, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig
 from decoding.sampling import SamplingParams, sample
 from decoding.stats import GenerationStats
@@ -100,10 +100,12 @@ class SpeculativeEngine:
         max_ngram, min_ngram: n-gram drafter match lengths (tokens).
         max_speculative_tokens: the largest γ calibrated for.
         draft_min_confidence: the draft model stops below this top probability.
+        answer_history: recent answers the n-gram drafter also drafts from (0 = none).
 
-    The engine keeps one :class:`AcceptanceTable` for all its requests: acceptance
-    measured on earlier answers sets the policy's expectations for the next one (except
-    for seeded sampling, which starts from the priors so that a seed reproduces its sample).
+    The engine keeps, for all its requests, one :class:`AcceptanceTable` (acceptance
+    measured on earlier answers sets the policy's expectations for the next one) and one
+    :class:`AnswerHistory` (earlier answers are a drafting source). Seeded sampling uses
+    neither, so that a seed reproduces its sample.
 
     Raises:
         VocabularyMismatchError: the draft's vocabulary differs from the target's.
@@ -111,12 +113,14 @@ class SpeculativeEngine:
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, *, costs: CostModel | None = None,
                  policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 1,
-                 max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2) -> None:
+                 max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2,
+                 answer_history: int = 64) -> None:
         if draft is not None:
             check_compatible(target, draft)
         self.target = target
         self.draft = draft
         self.acceptance = AcceptanceTable(policy or PolicyConfig())
+        self.history = AnswerHistory(max_ngram, min_ngram, answer_history)
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.draft_min_confidence = draft_min_confidence
         self.costs = costs or calibrate(target.model, draft.model if draft else None, max_speculative_tokens + 1)
@@ -197,13 +201,14 @@ class SpeculativeEngine:
             stats.ttft_ms = (time.perf_counter() - t0) * 1000
             yield StreamEvent(detok.push(stop.output) if stop.finish_reason != "stop" else "", committed)
             t_decode = time.perf_counter()
-            ngram, dm = self._drafters(config, prompt, contexts, cache, sampling, stats) \
-                if stop.finish_reason is None else (None, None)
+            # A seeded sample must not depend on earlier requests: no answer history, and
+            # drafting from the priors.
+            seeded = sampling is not None and config.seed is not None
+            ngram, dm = self._drafters(config, prompt, contexts, cache, sampling, None if seeded else self.history,
+                                       stats) if stop.finish_reason is None else (None, None)
             for d in (ngram, dm):
                 if d is not None:
                     d.observe(committed)
-            # A seeded sample must not depend on earlier requests: it drafts from the priors.
-            seeded = sampling is not None and config.seed is not None
             table = AcceptanceTable(self.acceptance.config) if seeded else self.acceptance
             policy = DrafterPolicy(self.costs, table, ALLOWED_DRAFTERS[config.drafting])
             while stop.finish_reason is None:
@@ -230,6 +235,9 @@ class SpeculativeEngine:
                         d.observe(committed)
                 stats.overhead_ms += (time.perf_counter() - t_obs) * 1000
                 yield StreamEvent(detok.push(stop.output) if stop.finish_reason != "stop" else "", committed)
+            t_history = time.perf_counter()
+            self.history.add(prompt, stop.output)
+            stats.overhead_ms += (time.perf_counter() - t_history) * 1000
             stats.decode_ms = (time.perf_counter() - t_decode) * 1000
         stats.total_ms = (time.perf_counter() - t0) * 1000
         stats.new_tokens = len(stop.output)
@@ -239,13 +247,13 @@ class SpeculativeEngine:
         yield StreamEvent(detok.finish(text), [], result)
 
     def _drafters(self, config: GenerationConfig, prompt: list[int], contexts: list[list[int]], cache: PreallocatedCache,
-                  sampling: SamplingParams | None, stats: GenerationStats,
+                  sampling: SamplingParams | None, history: AnswerHistory | None, stats: GenerationStats,
                   ) -> tuple[NGramDrafter | None, DraftModelDrafter | None]:
         """Set up this request's drafters (indexing is overhead; the draft model's prefill is its cost)."""
         ngram = dm = None
         if config.drafting in ("auto", "ngram"):
             t = time.perf_counter()
-            ngram = NGramDrafter(self.max_ngram, self.min_ngram)
+            ngram = NGramDrafter(self.max_ngram, self.min_ngram, history=history)
             ngram.begin(prompt, contexts)
             stats.overhead_ms += (time.perf_counter() - t) * 1000
         if config.drafting in ("auto", "draft_model") and self.draft is not None:

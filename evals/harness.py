@@ -99,5 +99,6 @@ def hardware_summary(setup: EvalSetup) -> dict:
     }
     if target is not None:
         info.update(target_model=target.name, dtype=str(target.dtype).removeprefix("torch."),
-                    draft_model=setup.engine.draft.name if setup.engine.draft else None)
+                    draft_model=setup.engine.draft.name if setup.engine.draft else None,
+                    answer_history=setup.engine.history.max_answers)
     return info

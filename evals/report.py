@@ -42,7 +42,8 @@ def latency_markdown(report: dict) -> str:
     lines = ["# Latency vs transformers greedy and the anchors", "", *_hardware_lines(report.get("hardware", {})), "",
              f"{len(report['per_question'])} questions, max_new_tokens={report.get('max_new_tokens')}, "
              f"repeats={report.get('repeats')}, interleaved, medians. Decode speedup = per-token time after the "
-             "first token; end to end includes prefill.", "",
+             "first token; end to end includes prefill. Our modes also draft from the engine's earlier answers "
+             "(`answer_history`): those to the questions timed before, never those to the same question.", "",
              "| mode | decode speedup (median / worst) | e2e speedup (median / worst) | tokens/s | τ | α | TTFT ms "
              "| ITL p50 / p95 ms | identical | overhead % |", "|---|---|---|---|---|---|---|---|---|---|"]
     for m in report["modes"]:

@@ -11,6 +11,7 @@ import torch
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.draft_model_drafter import DraftModelDrafter, VocabularyMismatchError
 from decoding.engine import PromptError
+from decoding.kv_cache import PreallocatedCache
 from decoding.models import LoadedModel
 from decoding.policy import CostModel
 
@@ -302,9 +303,7 @@ def test_draft_model_drafter_stays_in_sync(tiny_models, small, draft_name):
     prompt = prompt_of(small)
     target_cache = None
     if shares_prefill:  # the engine hands over the target's prompt KV cache
-        from transformers import DynamicCache
-
-        target_cache = DynamicCache()
+        target_cache = PreallocatedCache(len(prompt) + 8)
         with torch.inference_mode():
             small.model(input_ids=torch.tensor([prompt]), past_key_values=target_cache, use_cache=True)
     drafter.begin(prompt, [], target_cache)
@@ -347,11 +346,38 @@ def test_draft_model_stops_below_min_confidence(tiny_models, small):
     assert 1 <= len(got) and got == tiny_models.greedy("small_trunc", prompt, len(got))
 
 
+def test_draft_model_with_a_shorter_context_window(tiny_models, small, monkeypatch):
+    """Calibration and drafting stay inside the draft's window; past it the draft model is
+    not asked and the output is still plain greedy."""
+    draft = tiny_models.load("small_trunc")
+    monkeypatch.setattr(draft.model.config, "max_position_embeddings", 40)
+    seen = []
+    forward = draft.model.forward
+
+    def recording_forward(input_ids, cache=None, **kw):
+        seen.append(cache.get_seq_length() + input_ids.shape[1])
+        return forward(input_ids=input_ids, cache=cache, **kw)
+
+    monkeypatch.setattr(draft.model, "forward", recording_forward)
+    engine = SpeculativeEngine(small, draft, max_speculative_tokens=4)  # calibrates with the draft too
+    prompt = prompt_of(small)
+    seen.clear()
+    config = GenerationConfig(max_new_tokens=50, drafting="draft_model", fixed_gamma=True,
+                              num_speculative_tokens=4, eos_token_ids=())
+    result = engine.generate(prompt, config)
+    assert result.token_ids == tiny_models.greedy("small", prompt, 50)
+    assert seen and max(seen) <= 40
+
+
 def test_generation_config_rejects_bad_values():
     for bad in (dict(max_new_tokens=-1), dict(temperature=-0.5), dict(top_p=0.0), dict(top_k=-1),
                 dict(drafting="fast"), dict(num_speculative_tokens=0), dict(fixed_gamma=True),
                 dict(fixed_gamma=True, drafting="off"), dict(stop_strings=("",))):
         with pytest.raises(ValueError):
+            GenerationConfig(**bad)
+    for bad in (dict(fixed_gamma=1, drafting="ngram"), dict(temperature=True), dict(top_p="0.9"),
+                dict(max_new_tokens=2.0)):
+        with pytest.raises(TypeError):
             GenerationConfig(**bad)
 
 

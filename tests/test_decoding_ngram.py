@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decoding.ngram_drafter import NGramDrafter
+from decoding.ngram_drafter import AnswerHistory, NGramDrafter
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -21,7 +21,7 @@ def drafter(prompt, contexts=(), output=(), max_ngram=4, min_ngram=2, **kw) -> N
 
 
 def index_size(d: NGramDrafter) -> int:
-    return sum(len(v) for v in d._index.values())
+    return sum(len(v) for v in d._index.table.values())
 
 
 def test_longest_match_wins():
@@ -109,19 +109,19 @@ def test_observe_updates_the_index_in_O_max_ngram(max_ngram, min_ngram):
     long_context = [[i % 97 for i in range(j, j + 3000)] for j in range(3)]
     d = drafter(list(range(500)), contexts=long_context, max_ngram=max_ngram, min_ngram=min_ngram)
     calls = []
-    add = d._add_position
-    d._add_position = lambda *a: calls.append(a) or add(*a)
+    add = d._index.add_position
+    d._index.add_position = lambda *a: calls.append(a) or add(*a)
     for t in [5, 6, 7, 5, 6, 7, 8] * 10:
-        before_size, before_keys = index_size(d), len(d._index)
+        before_size, before_keys = index_size(d), len(d._index.table)
         d.observe([t])
         assert 0 <= index_size(d) - before_size <= max_ngram - min_ngram + 1
-        assert len(d._index) - before_keys <= max_ngram - min_ngram + 1
+        assert len(d._index.table) - before_keys <= max_ngram - min_ngram + 1
     assert len(calls) == 70  # one position registered per observed token
 
 
 def test_occurrences_per_ngram_are_bounded():
     d = drafter([A, B, X] * 50, max_occurrences=4)
-    assert all(len(v) <= 4 for v in d._index.values())
+    assert all(len(v) <= 4 for v in d._index.table.values())
     assert d.propose(None, 1).tokens == [A]  # ... A B X: "B X" continues with A
 
 
@@ -135,14 +135,18 @@ def test_repeated_boilerplate_does_not_evict_a_passage_match():
 
 
 # -- property test against a naive scan ----------------------------------------------------------
-def naive_propose(prompt, contexts, output, max_ngram, min_ngram, max_tokens):
+def naive_propose(prompt, contexts, output, max_ngram, min_ngram, max_tokens, history=()):
     """The specification, by brute force: longest suffix n-gram; among its occurrences that
-    have a continuation, the highest source priority (output > passage > prompt), then the
-    next token most frequent over all of them (any source), then the most recent (passages
-    ranked best are the most recent). Returns ``(tokens, n, unanimous)``: unanimous when every occurrence (any source) has the
-    same next token."""
+    have a continuation, the highest source priority (output > passage > earlier answers to
+    other prompts > prompt), then the next token most frequent over all of them (any
+    source), then the most recent (passages ranked best are the most recent). Returns
+    ``(tokens, n, unanimous)``: unanimous when every occurrence (any source) has the same
+    next token. ``history``: ``(prompt, answer)`` pairs, oldest first."""
     stream = list(prompt) + list(output)
     occurrences = []  # (source tokens, continuation index, priority), oldest first
+    for answer_prompt, answer in history:
+        if list(answer_prompt) != list(prompt):
+            occurrences += [(answer, end, 0.5) for end in range(len(answer))]
     for ctx in reversed([c for c in contexts if c]):
         for end in range(len(ctx)):
             occurrences.append((ctx, end, 1))
@@ -171,15 +175,46 @@ tokens = st.lists(st.integers(0, 3), max_size=25)
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(prompt=st.lists(st.integers(0, 3), min_size=1, max_size=25), contexts=st.lists(tokens, max_size=3),
        output=tokens, sizes=st.sampled_from([(1, 1), (2, 1), (3, 2), (4, 2), (5, 3)]),
-       max_tokens=st.integers(1, 6))
-def test_matches_a_naive_scan(prompt, contexts, output, sizes, max_tokens):
+       max_tokens=st.integers(1, 6), answers=st.lists(st.tuples(st.booleans(), tokens), max_size=3))
+def test_matches_a_naive_scan(prompt, contexts, output, sizes, max_tokens, answers):
     max_ngram, min_ngram = sizes
-    d = drafter(prompt, contexts, max_ngram=max_ngram, min_ngram=min_ngram, max_occurrences=10_000)
+    history = [(prompt if same else prompt + [9], answer) for same, answer in answers]
+    store = AnswerHistory(max_ngram, min_ngram)
+    store.index.max_occurrences = 10_000
+    for answer_prompt, answer in history:
+        store.add(answer_prompt, answer)
+    d = drafter(prompt, contexts, max_ngram=max_ngram, min_ngram=min_ngram, max_occurrences=10_000, history=store)
     for i, t in enumerate(output):  # check after every observed token, as in decoding
         draft = d.propose(None, max_tokens)
-        want = naive_propose(prompt, contexts, output[:i], max_ngram, min_ngram, max_tokens)
+        want = naive_propose(prompt, contexts, output[:i], max_ngram, min_ngram, max_tokens, history)
         assert (draft.tokens, draft.match_length if draft.tokens else 0, draft.unanimous) == want
         d.observe([t])
     draft = d.propose(None, max_tokens)
     assert (draft.tokens, draft.match_length if draft.tokens else 0, draft.unanimous) == naive_propose(
-        prompt, contexts, output, max_ngram, min_ngram, max_tokens)
+        prompt, contexts, output, max_ngram, min_ngram, max_tokens, history)
+
+
+# -- earlier answers ------------------------------------------------------------------------------
+def test_earlier_answers_rank_between_passages_and_prompt_and_skip_the_same_prompt():
+    history = AnswerHistory(4, 2)
+    history.add([P, Q], [A, B, X, Y])
+    assert drafter([Z, A, B], history=history).propose(None, 2).tokens == [X, Y]
+    assert drafter([A, B, R, Z, A, B], history=history).propose(None, 1).tokens == [X]
+    assert drafter([Z, A, B], contexts=[[A, B, R]], history=history).propose(None, 1).tokens == [R]
+    assert drafter([P, Q], output=[A, B], history=history).propose(None, 1).tokens == []  # its own answer
+
+
+def test_history_keeps_the_recent_answers_and_their_beginning():
+    history = AnswerHistory(2, 1, max_answers=2, max_answer_tokens=3)
+    for i in range(5):  # the fifth answer passes 2 * max_answers: the older ones go
+        history.add([i], [A, B, 100 + i, Y])
+    assert len(history) == 2
+    assert drafter([Z, A, B], max_ngram=2, min_ngram=1, history=history).propose(None, 2).tokens == [104]  # Y cut
+    assert drafter([Z, 101], max_ngram=2, min_ngram=1, history=history).propose(None, 1).tokens == []
+    none = AnswerHistory(2, 1, max_answers=0)
+    none.add([1], [A, B])
+    assert len(none) == 0
+    with pytest.raises(ValueError):
+        AnswerHistory(2, 1, max_answers=-1)
+    with pytest.raises(ValueError, match="n-gram lengths"):
+        NGramDrafter(3, 1, history=AnswerHistory(2, 1))

@@ -132,3 +132,15 @@ def test_same_seed_same_sample(tiny_models, micro, prompt):
                                   eos_token_ids=(), drafting=drafting)
         assert engine.generate(prompt, config).token_ids == engine.generate(prompt, config).token_ids
 
+
+
+def test_a_seed_reproduces_after_other_requests(tiny_models, micro, prompt):
+    """Answers to other prompts (the engine's answer history) and the acceptance they taught
+    the policy never reach a seeded sample."""
+    engine = SpeculativeEngine(micro, costs=CHEAP, min_ngram=1)
+    config = GenerationConfig(max_new_tokens=12, temperature=0.8, seed=7, eos_token_ids=(), drafting="ngram")
+    first = engine.generate(prompt, config).token_ids
+    for other in (list(prompt[1:]), list(prompt[:-1]) + list(prompt[:3])):
+        engine.generate(other, GenerationConfig(max_new_tokens=20, eos_token_ids=()))
+    assert len(engine.history) == 3
+    assert engine.generate(prompt, config).token_ids == first
