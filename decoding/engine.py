@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 import torch
+
 from decoding.calibration import calibrate
 from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer

@@ -26,11 +26,12 @@ _questions_opt = typer.Option(DEFAULT_QUESTIONS, "--questions", help="questions.
 _corpus_opt = typer.Option(DEFAULT_CORPUS, "--corpus", help="folder to ingest into a temporary store")
 _data_dir_opt = typer.Option(None, "--data-dir", help="reuse this existing store instead of ingesting --corpus")
 _json_opt = typer.Option(None, "--json", help="write the JSON report here")
-_report_opt = typer.Option(None, "--report", help="write Markdown (and plots) into this folder")
+_report_opt = typer.Option(None, "--report", help="write Markdown, JSON (and plots) into this folder")
 
 
 def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path], name: str) -> None:
-    """Print the Markdown summary; write the JSON and ``REPORT/NAME.md`` when asked."""
+    """Print the Markdown summary; write the JSON (``--json``) and ``REPORT/NAME.md`` plus
+    ``REPORT/NAME.json`` (``--report``) when asked."""
     from evals.report import write_json
 
     console.print(md, markup=False, highlight=False, soft_wrap=True)  # tables stay one row per line
@@ -39,6 +40,7 @@ def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path
     if report:
         report.mkdir(parents=True, exist_ok=True)
         (report / f"{name}.md").write_text(md)
+        write_json(result, report / f"{name}.json")
 
 
 def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path], quick: bool,
@@ -59,7 +61,7 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
               quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['exactness']} questions, {QUICK_TOKENS} tokens"),
               json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
               max_new_tokens: Optional[int] = typer.Option(
-                  None, help=f"default {FULL_TOKENS['exactness']} ({QUICK_TOKENS} quick)"),
+                  None, min=1, help=f"default {FULL_TOKENS['exactness']} ({QUICK_TOKENS} quick)"),
               draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
               allow_near_ties: Optional[float] = typer.Option(
                   None, help="pass divergences whose reference top-1/top-2 logit margin is <= this")) -> None:
@@ -86,7 +88,7 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
             quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['latency']} questions, {QUICK_TOKENS} tokens"),
             json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
             max_new_tokens: Optional[int] = typer.Option(
-                None, help=f"default {FULL_TOKENS['latency']} ({QUICK_TOKENS} quick)"),
+                None, min=1, help=f"default {FULL_TOKENS['latency']} ({QUICK_TOKENS} quick)"),
             repeats: int = typer.Option(1, min=1, help="timed runs per question and mode"),
             modes: Optional[str] = typer.Option(
                 None, help="comma-separated modes (default: the anchors and our policy; add ours_off, ours_ngram)"),
@@ -96,7 +98,8 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
     from evals.latency import run_latency
     from evals.report import latency_markdown, latency_plots
 
-    from evals.latency import HF_MODES, OUR_MODES
+    from copilot.config import Settings
+    from evals.latency import DRAFT_MODEL_MODES, HF_MODES, OUR_MODES
 
     mode_list = list(dict.fromkeys(m.strip() for m in modes.split(",") if m.strip())) if modes is not None else None
     if mode_list == []:
@@ -105,6 +108,10 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
     if unknown:
         raise typer.BadParameter(f"unknown modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}",
                                  param_hint="--modes")
+    needs_draft = [m for m in mode_list or [] if m in DRAFT_MODEL_MODES]
+    if needs_draft and not (draft_model or Settings().draft_model):
+        raise typer.BadParameter(f"modes {needs_draft} need a draft model: pass --draft-model or set "
+                                 "COPILOT_DRAFT_MODEL", param_hint="--modes")
     setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
     try:
         result = run_latency(setup.engine, cases, n_tokens, repeats, mode_list)

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 HF_MODES = ("hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "hf_assisted")
 OUR_MODES = ("ours_off", "ours_ngram", "ours_draft_model", "ours_auto")
+DRAFT_MODEL_MODES = ("hf_assisted", "ours_draft_model")  # need a draft model
 
 
 @dataclass
@@ -199,7 +200,7 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         acceptance per drafting state the engine measured).
 
     Raises:
-        ValueError: an unknown mode name.
+        ValueError: an unknown mode name, or a draft-model mode without a draft model.
     """
     modes = modes or latency_modes(engine)
     if "hf_greedy" not in modes:
@@ -207,6 +208,8 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
     unknown = [m for m in modes if m not in (*HF_MODES, *OUR_MODES)]
     if unknown:
         raise ValueError(f"unknown latency modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}")
+    if engine.draft is None and any(m in DRAFT_MODEL_MODES for m in modes):
+        raise ValueError(f"modes {[m for m in modes if m in DRAFT_MODEL_MODES]} need a draft model; none is loaded")
     for mode in modes:  # warm-up: one short pass each
         _run(engine, mode, cases[0], min(8, max_new_tokens))
     runs: dict[str, dict[str, list[Run]]] = {m: {} for m in modes}

@@ -126,6 +126,10 @@ def test_eval_commands_are_reachable():
     assert result.exit_code == 2 and "unknown modes" in result.output  # refused before any model loads
     result = runner.invoke(app, ["eval", "latency", "--modes", " , "])
     assert result.exit_code == 2 and "no modes" in result.output
+    result = runner.invoke(app, ["eval", "latency", "--modes", "hf_greedy,hf_assisted"], env={"COPILOT_DRAFT_MODEL": ""})
+    assert result.exit_code == 2 and "need a draft model" in result.output
+    result = runner.invoke(app, ["eval", "exactness", "--max-new-tokens", "0"])
+    assert result.exit_code == 2
 
 
 @pytest.mark.slow

@@ -93,6 +93,8 @@ def test_latency_without_a_draft_model_times_the_ngram_policy_once(tiny_engine, 
     assert "| ours_ngram | = ours_auto" in md and "Default policy (ours_auto): median decode speedup" in md
     with pytest.raises(ValueError, match="unknown latency modes"):
         run_latency(engine, cases[:1], max_new_tokens=4, modes=["ours_fast"])
+    with pytest.raises(ValueError, match="need a draft model"):
+        run_latency(engine, cases[:1], max_new_tokens=4, modes=["hf_assisted"])
 
 
 def test_questions_file_and_quick_subset():
