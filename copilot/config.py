@@ -41,7 +41,8 @@ class Settings(BaseSettings):
     num_speculative_tokens: int = Field(16, ge=1, le=32)
     max_ngram: int = Field(4, ge=1, le=16)
     min_ngram: int = Field(1, ge=1, le=16)
-    answer_history: int = Field(64, ge=0, le=4096, description="recent answers the n-gram drafter also drafts from")
+    answer_history: int = Field(32, ge=0, le=512, description="recent answers the n-gram drafter also drafts from "
+                                "(0 = none; answers are shared across users)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's)")
 
     # retrieval and prompting

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 
@@ -44,24 +45,28 @@ class GenerationConfig:
     fixed_gamma: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop_strings, str):
-            raise TypeError("stop_strings must be a sequence of strings, not one str")
+        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) for s in self.stop_strings):
+            raise TypeError(f"stop_strings must be a sequence of strings, got {self.stop_strings!r}")
+        if self.eos_token_ids is not None and (not isinstance(self.eos_token_ids, (tuple, list))
+                                               or not all(_is_int(t) for t in self.eos_token_ids)):
+            raise TypeError(f"eos_token_ids must be a tuple of ints or None, got {self.eos_token_ids!r}")
         for name in ("max_new_tokens", "top_k", "num_speculative_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {value!r}")
+            if not _is_int(getattr(self, name)):
+                raise TypeError(f"{name} must be an int, got {getattr(self, name)!r}")
+        if self.seed is not None and not _is_int(self.seed):
+            raise TypeError(f"seed must be an int or None, got {self.seed!r}")
         if not isinstance(self.fixed_gamma, bool):
             raise TypeError(f"fixed_gamma must be a bool, got {self.fixed_gamma!r}")
         for name in ("temperature", "top_p"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"{name} must be a number, got {value!r}")
         if not (math.isfinite(self.temperature) and math.isfinite(self.top_p)):
             raise ValueError(f"temperature and top_p must be finite, got {self.temperature}, {self.top_p}")
-        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
-            raise ValueError(f"seed must be an int in [0, 2**63), got {self.seed!r}")
-        if self.eos_token_ids is not None and any(not isinstance(t, int) or t < 0 for t in self.eos_token_ids):
-            raise ValueError(f"eos_token_ids must be non-negative ints, got {self.eos_token_ids!r}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed!r}")
+        if self.eos_token_ids is not None and any(t < 0 for t in self.eos_token_ids):
+            raise ValueError(f"eos_token_ids must be non-negative, got {self.eos_token_ids!r}")
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.temperature < 0:
@@ -82,3 +87,8 @@ class GenerationConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def _is_int(value: object) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -42,6 +42,10 @@ ALLOWED_DRAFTERS = {"auto": frozenset({NGRAM, DRAFT_MODEL}), "ngram": frozenset(
                     "draft_model": frozenset({DRAFT_MODEL}), "off": frozenset()}
 
 
+# Output positions the KV cache reserves up front (tokens); longer answers regrow it.
+OUTPUT_RESERVE = 512
+
+
 class PromptError(ValueError):
     """The prompt is empty or does not fit the model's context window."""
 
@@ -115,7 +119,7 @@ class SpeculativeEngine:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, *, costs: CostModel | None = None,
                  policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 1,
                  max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2,
-                 answer_history: int = 64) -> None:
+                 answer_history: int = 32) -> None:
         if draft is not None:
             check_compatible(target, draft)
         self.target = target
@@ -194,7 +198,7 @@ class SpeculativeEngine:
             model = self.target.model
             sampling = None if config.greedy else SamplingParams(
                 config.temperature, config.top_k, config.top_p, config.seed, self.target.device)
-            cache = PreallocatedCache(len(prompt) + budget)
+            cache = PreallocatedCache(len(prompt) + min(budget, OUTPUT_RESERVE))
             logits = prefill(model, prompt, cache)
             stats.prefill_ms = (time.perf_counter() - t0) * 1000
             first = int(logits.argmax()) if sampling is None else sample(sampling.probs(logits), sampling.generator)

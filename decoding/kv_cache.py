@@ -88,13 +88,29 @@ class PreallocatedLayer(DynamicLayer):
         if self.is_initialized:
             self._set_views()
 
+    def _apply_to_buffers(self, fn) -> None:
+        """Batch reshuffles (beam search) act on the buffers, so later writes stay consistent."""
+        if self.is_initialized:
+            self._key_buffer, self._value_buffer = fn(self._key_buffer), fn(self._value_buffer)
+            self._set_views()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._apply_to_buffers(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._apply_to_buffers(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._apply_to_buffers(lambda t: t[indices, ...])
+
 
 class PreallocatedCache(DynamicCache):
     """A ``DynamicCache`` whose layers are :class:`PreallocatedLayer`.
 
     Args:
-        capacity: positions to reserve per layer (tokens): the prompt, the budget and one
-            pass of drafted tokens fit without regrowing.
+        capacity: positions to reserve per layer (tokens) at the first update; past it a
+            layer's buffers double. Reserve what a request will likely use, not the whole
+            context window (a 128k window × a large model's KV would be gigabytes).
     """
 
     def __init__(self, capacity: int) -> None:

@@ -10,6 +10,7 @@ dictionary updates.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter, deque
 from typing import NamedTuple, Sequence
 
@@ -84,7 +85,7 @@ class NGramDrafter:
 
     name = "ngram"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, max_occurrences: int = 8,
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, max_occurrences: int = 8,
                  history: AnswerHistory | None = None) -> None:
         self._index = NGramIndex(max_ngram, min_ngram, max_occurrences)
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
@@ -178,10 +179,16 @@ class AnswerHistory:
 
     Adding an answer costs O(max_answer_tokens · max_ngram); past ``2 · max_answers``
     answers the older half is dropped and the index rebuilt (amortised O(1) per answer).
+    Memory grows with ``max_answers · max_answer_tokens · max_ngram`` index entries: the
+    defaults hold at most ~32k (a few MB). The cyclic GC is paused while indexing, which
+    only allocates acyclic objects.
+
+    Answers are shared across users: where users must not learn about each other's
+    questions (even through timing), set ``max_answers`` to 0.
     """
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, max_answers: int = 64,
-                 max_answer_tokens: int = 256) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, max_answers: int = 32,
+                 max_answer_tokens: int = 128) -> None:
         if max_answers < 0 or max_answer_tokens < 1:
             raise ValueError(f"need max_answers >= 0 and max_answer_tokens >= 1, got {max_answers}, {max_answer_tokens}")
         self.max_answers, self.max_answer_tokens = max_answers, max_answer_tokens
@@ -197,10 +204,16 @@ class AnswerHistory:
         if not answer or self.max_answers == 0:
             return
         self._answers.append((prompt_key(prompt_ids), answer))
-        if len(self._answers) > 2 * self.max_answers:
-            self._answers = self._answers[-self.max_answers :]
-            self.index = NGramIndex(self.index.max_ngram, self.index.min_ngram)
-            for origin, tokens in self._answers:
-                self.index.add_source(tokens, PRIORITY_HISTORY, origin)
-        else:
-            self.index.add_source(answer, PRIORITY_HISTORY, self._answers[-1][0])
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            if len(self._answers) > 2 * self.max_answers:
+                self._answers = self._answers[-self.max_answers :]
+                self.index = NGramIndex(self.index.max_ngram, self.index.min_ngram)
+                for origin, tokens in self._answers:
+                    self.index.add_source(tokens, PRIORITY_HISTORY, origin)
+            else:
+                self.index.add_source(answer, PRIORITY_HISTORY, self._answers[-1][0])
+        finally:
+            if gc_was_enabled:
+                gc.enable()

@@ -17,7 +17,10 @@ def logits_to_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, to
     Returns:
         float32 probabilities of the same shape, each row summing to 1.
     """
-    logits = logits.float() / temperature
+    logits = logits.float()
+    # Shift the maximum to 0 before scaling: a tiny temperature then sends the other logits
+    # to -inf (a point mass), never to inf - inf = nan.
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     if top_k > 0 and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

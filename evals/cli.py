@@ -109,7 +109,7 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
         raise typer.BadParameter(f"unknown modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}",
                                  param_hint="--modes")
     needs_draft = [m for m in mode_list or [] if m in DRAFT_MODEL_MODES]
-    if needs_draft and not (draft_model or Settings().draft_model):
+    if needs_draft and not (draft_model if draft_model is not None else Settings().draft_model):
         raise typer.BadParameter(f"modes {needs_draft} need a draft model: pass --draft-model or set "
                                  "COPILOT_DRAFT_MODEL", param_hint="--modes")
     setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
@@ -118,7 +118,7 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens, repeats=repeats)
     finally:
         setup.close()
-    _emit(latency_markdown(result), result, json_out, report, "latency")
+    _emit(latency_markdown(result, plots=report is not None), result, json_out, report, "latency")
     if report:
         latency_plots(result, report)
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from decoding import GenerationConfig, SpeculativeEngine
-from evals.harness import Case
+from evals.harness import Case, plain_greedy_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,9 @@ def modes_for(engine: SpeculativeEngine) -> list[str]:
 
 @torch.inference_mode()
 def reference_greedy(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-    """Plain greedy ids from transformers ``generate`` (EOS as configured by the model)."""
-    target = engine.target
-    x = torch.tensor([prompt_ids], device=target.device)
-    eos = list(target.eos_token_ids()) or None
-    out = target.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
-                                do_sample=False, eos_token_id=eos, pad_token_id=(eos or [0])[0])
+    """Plain greedy ids from transformers ``generate`` (no logits processors; the engine's EOS)."""
+    x = torch.tensor([prompt_ids], device=engine.target.device)
+    out = engine.target.model.generate(x, **plain_greedy_kwargs(engine, x, max_new_tokens))
     return out[0, len(prompt_ids):].tolist()
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import GenerationConfig as HFGenerationConfig
 
 from copilot.config import Settings
 from copilot.service import CopilotService
@@ -102,3 +103,16 @@ def hardware_summary(setup: EvalSetup) -> dict:
                     draft_model=setup.engine.draft.name if setup.engine.draft else None,
                     answer_history=setup.engine.history.max_answers)
     return info
+
+
+def plain_greedy_kwargs(engine: SpeculativeEngine, input_ids: torch.Tensor, max_new_tokens: int) -> dict:
+    """``generate()`` arguments for plain greedy decoding of ``input_ids`` ``(1, n)``.
+
+    A fresh ``transformers.GenerationConfig`` replaces the checkpoint's, so logits
+    processors it may enable (``repetition_penalty``, ``no_repeat_ngram_size``, ...) do not
+    apply: the engine decodes plain greedy. EOS ids are the engine's.
+    """
+    eos = list(engine.target.eos_token_ids()) or None
+    return dict(generation_config=HFGenerationConfig(), attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=(eos or [0])[0])
+

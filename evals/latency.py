@@ -18,7 +18,7 @@ import torch
 from transformers.generation.streamers import BaseStreamer
 
 from decoding import GenerationConfig, SpeculativeEngine
-from evals.harness import Case
+from evals.harness import Case, plain_greedy_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +102,7 @@ def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int
     """transformers ``generate``: greedy, prompt lookup (N = 3/5/10) or assisted."""
     target = engine.target
     x = torch.tensor([case.prompt_ids], device=target.device)
-    eos = list(target.eos_token_ids()) or None
-    kwargs = dict(attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
-                  eos_token_id=eos, pad_token_id=(eos or [0])[0])
+    kwargs = plain_greedy_kwargs(engine, x, max_new_tokens)
     if mode.startswith("hf_pld_"):
         kwargs["prompt_lookup_num_tokens"] = int(mode.rsplit("_", 1)[1])
     elif mode == "hf_assisted":

@@ -37,8 +37,9 @@ def exactness_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def latency_markdown(report: dict) -> str:
-    """Per-mode table: speedups, tokens/s, τ, α, TTFT, ITL, exactness, overhead."""
+def latency_markdown(report: dict, plots: bool = True) -> str:
+    """Per-mode table: speedups, tokens/s, τ, α, TTFT, ITL, exactness, overhead; links to
+    the plots (written next to it by :func:`latency_plots`) when ``plots``."""
     lines = ["# Latency vs transformers greedy and the anchors", "", *_hardware_lines(report.get("hardware", {})), "",
              f"{len(report['per_question'])} questions, max_new_tokens={report.get('max_new_tokens')}, "
              f"repeats={report.get('repeats')}, interleaved, medians. Decode speedup = per-token time after the "
@@ -55,9 +56,10 @@ def latency_markdown(report: dict) -> str:
     for alias, timed in report.get("aliases", {}).items():
         lines.append(f"| {alias} | = {timed} (the same configuration: no draft model is loaded) |" + " |" * 8)
     lines += ["", *_versus_anchors(report)]
-    lines += ["", f"Memory: {report['memory']} (peak RSS is for the whole process: all modes share it).", "",
-              "![speedup](speedup.png)", "![tau](tau_hist.png)", "![acceptance](acceptance_by_position.png)",
-              "![copied](speedup_vs_copied.png)"]
+    lines += ["", f"Memory: {report['memory']} (peak RSS is for the whole process: all modes share it)."]
+    if plots:
+        lines += ["", "![speedup](speedup.png)", "![tau](tau_hist.png)", "![acceptance](acceptance_by_position.png)",
+                  "![copied](speedup_vs_copied.png)"]
     return "\n".join(lines) + "\n"
 
 

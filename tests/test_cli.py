@@ -128,6 +128,9 @@ def test_eval_commands_are_reachable():
     assert result.exit_code == 2 and "no modes" in result.output
     result = runner.invoke(app, ["eval", "latency", "--modes", "hf_greedy,hf_assisted"], env={"COPILOT_DRAFT_MODEL": ""})
     assert result.exit_code == 2 and "need a draft model" in result.output
+    result = runner.invoke(app, ["eval", "latency", "--modes", "hf_assisted", "--draft-model", ""],
+                           env={"COPILOT_DRAFT_MODEL": "some/draft"})  # an explicit "" means none
+    assert result.exit_code == 2 and "need a draft model" in result.output
     result = runner.invoke(app, ["eval", "exactness", "--max-new-tokens", "0"])
     assert result.exit_code == 2
 

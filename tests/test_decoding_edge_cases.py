@@ -376,9 +376,13 @@ def test_generation_config_rejects_bad_values():
         with pytest.raises(ValueError):
             GenerationConfig(**bad)
     for bad in (dict(fixed_gamma=1, drafting="ngram"), dict(temperature=True), dict(top_p="0.9"),
-                dict(max_new_tokens=2.0)):
+                dict(max_new_tokens=2.0), dict(eos_token_ids=5), dict(eos_token_ids=(True,)), dict(stop_strings=[1]),
+                dict(stop_strings=("a", None)), dict(seed=True)):
         with pytest.raises(TypeError):
             GenerationConfig(**bad)
+    import numpy as np
+
+    GenerationConfig(max_new_tokens=np.int64(5), seed=np.int64(3), temperature=np.float32(0.5), eos_token_ids=[2])
 
 
 @pytest.mark.parametrize("target_name,draft_name", [("small", "small_padded"), ("small_padded", "small")])

@@ -144,3 +144,8 @@ def test_a_seed_reproduces_after_other_requests(tiny_models, micro, prompt):
         engine.generate(other, GenerationConfig(max_new_tokens=20, eos_token_ids=()))
     assert len(engine.history) == 3
     assert engine.generate(prompt, config).token_ids == first
+
+
+def test_a_tiny_temperature_is_a_point_mass_not_nan():
+    probs = logits_to_probs(torch.tensor([[1.0, 2.0, 2.0 - 1e-3, -float("inf")]]), 1e-45)
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0]]))

@@ -75,7 +75,8 @@ def test_latency_report_shape_and_plots(tiny_engine, tiny_cases, tmp_path):
     assert {"hf_pld_3", "hf_pld_5", "hf_pld_10", "hf_assisted", "ours_ngram", "ours_auto"} <= set(report["modes"])
     assert all(v == len(cases) for v in report["exact_vs_greedy"].values())
     report.update(hardware={"device": "cpu"}, max_new_tokens=8, repeats=1)
-    assert "ours_auto" in latency_markdown(report)
+    assert "ours_auto" in latency_markdown(report) and "speedup.png" in latency_markdown(report)
+    assert "speedup.png" not in latency_markdown(report, plots=False)  # printed without --report: no dead links
     paths = latency_plots(report, tmp_path)
     assert [p.name for p in paths] == ["speedup.png", "tau_hist.png", "acceptance_by_position.png",
                                        "speedup_vs_copied.png"]

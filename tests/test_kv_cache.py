@@ -56,3 +56,19 @@ def test_the_prompt_views_survive_later_passes_and_growth():
         cache.update(torch.full((1, 2, 2, 4), -1.0), torch.full((1, 2, 2, 4), -1.0), 0)
         crop_cache(cache, cache.get_seq_length() - 1)
     assert torch.equal(view, prompt_keys) and torch.equal(cache.layers[0].keys[:, :, :3], prompt_keys)
+
+
+def test_beam_style_batch_reshuffles_act_on_the_buffers():
+    """reorder / repeat / select (what beam search calls) then more passes: same as the dynamic cache."""
+    gen = torch.Generator().manual_seed(2)
+    states = [torch.randn(1, 2, n, 4, generator=gen) for n in (3, 1, 2)]
+    dynamic, preallocated = DynamicCache(), PreallocatedCache(4)
+    for cache in (dynamic, preallocated):
+        cache.update(states[0], states[0], 0)
+        cache.batch_repeat_interleave(3)
+        cache.reorder_cache(torch.tensor([2, 0, 1]))
+        cache.update(states[1].expand(3, -1, -1, -1), states[1].expand(3, -1, -1, -1), 0)
+        cache.batch_select_indices(torch.tensor([0, 2]))
+        cache.update(states[2].expand(2, -1, -1, -1), states[2].expand(2, -1, -1, -1), 0)
+    a, b = dynamic.layers[0], preallocated.layers[0]
+    assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values) and b.keys.shape == (2, 2, 6, 4)
