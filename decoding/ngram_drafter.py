@@ -10,8 +10,7 @@ dictionary updates.
 
 from __future__ import annotations
 
-import gc
-from collections import Counter, deque
+from collections import Counter
 from typing import NamedTuple, Sequence
 
 from decoding.drafter import Draft
@@ -26,7 +25,7 @@ PRIORITY_OUTPUT = 3  # what the model has generated so far
 class Occurrence(NamedTuple):
     """Where an n-gram occurs: its continuation starts at ``source[continuation]``."""
 
-    source: list[int]  # the token sequence (a reference, never copied)
+    source: Sequence[int]  # the token sequence (a reference, never copied)
     continuation: int  # position in ``source`` right after the n-gram
     priority: int
     order: int  # insertion counter: higher = more recent
@@ -40,31 +39,33 @@ class NGramIndex:
         max_ngram, min_ngram: the n-gram lengths indexed (tokens).
         max_occurrences: occurrences kept per n-gram and priority (the most recent); bounds
             lookup cost without letting a repeated prompt n-gram evict a passage's.
+        first_order: recency stamp of the first occurrence (continues an older index).
     """
 
-    def __init__(self, max_ngram: int, min_ngram: int, max_occurrences: int = 8) -> None:
+    def __init__(self, max_ngram: int, min_ngram: int, max_occurrences: int = 8, first_order: int = 0) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram, self.max_occurrences = max_ngram, min_ngram, max_occurrences
-        self.table: dict[tuple[tuple[int, ...], int], deque[Occurrence]] = {}  # (n-gram, priority)
-        self._order = 0
+        # (n-gram, priority) → occurrences, oldest first; tuples rather than deques leave the
+        # cyclic GC fewer objects to scan in a long-lived index (the answer history).
+        self.table: dict[tuple[tuple[int, ...], int], tuple[Occurrence, ...]] = {}
+        self.next_order = first_order  # recency stamp of the next occurrence
 
-    def add_position(self, source: list[int], end: int, priority: int, origin: int = 0) -> None:
+    def add_position(self, source: Sequence[int], end: int, priority: int, origin: int = 0) -> None:
         """Register every n-gram of ``source`` that ends at position ``end`` (inclusive):
-        O(max_ngram) dictionary updates."""
+        O(max_ngram · max_occurrences)."""
         for n in range(self.min_ngram, min(self.max_ngram, end + 1) + 1):
             key = (tuple(source[end - n + 1 : end + 1]), priority)
-            occ = self.table.get(key)
-            if occ is None:
-                occ = self.table[key] = deque(maxlen=self.max_occurrences)
-            occ.append(Occurrence(source, end + 1, priority, self._order, origin))
-            self._order += 1
+            kept = self.table.get(key, ())
+            occurrence = Occurrence(source, end + 1, priority, self.next_order, origin)
+            self.table[key] = (*kept[max(0, len(kept) + 1 - self.max_occurrences) :], occurrence)
+            self.next_order += 1
 
-    def add_source(self, source: list[int], priority: int, origin: int = 0) -> None:
+    def add_source(self, source: Sequence[int], priority: int, origin: int = 0) -> None:
         for end in range(len(source)):
             self.add_position(source, end, priority, origin)
 
-    def get(self, ngram: tuple[int, ...], priority: int) -> deque[Occurrence] | tuple[()]:
+    def get(self, ngram: tuple[int, ...], priority: int) -> tuple[Occurrence, ...]:
         return self.table.get((ngram, priority), ())
 
 
@@ -89,7 +90,7 @@ class NGramDrafter:
                  history: AnswerHistory | None = None) -> None:
         self._index = NGramIndex(max_ngram, min_ngram, max_occurrences)
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
-        if history is not None and (history.index.max_ngram, history.index.min_ngram) != (max_ngram, min_ngram):
+        if history is not None and (history.max_ngram, history.min_ngram) != (max_ngram, min_ngram):
             raise ValueError("the answer history must index the drafter's n-gram lengths")
         self._history = history
         self._prompt_key = 0
@@ -135,13 +136,13 @@ class NGramDrafter:
             key = tuple(stream[len(stream) - n :])
             occurrences = [o for p in (PRIORITY_OUTPUT, PRIORITY_PASSAGE, PRIORITY_PROMPT) for o in self._index.get(key, p)]
             if self._history is not None:  # ranked between the passages and the prompt
-                occurrences += [o for o in self._history.index.get(key, PRIORITY_HISTORY) if o.origin != self._prompt_key]
+                occurrences += self._history.occurrences(key, self._prompt_key)
             usable = [o for o in occurrences if o.continuation < len(o.source)]
             if not usable:
                 continue
             votes = Counter(o.source[o.continuation] for o in usable)
             best = self._best(usable, votes)
-            return Draft(best.source[best.continuation : best.continuation + max_tokens], None, n, len(votes) == 1)
+            return Draft(list(best.source[best.continuation : best.continuation + max_tokens]), None, n, len(votes) == 1)
         return Draft([])
 
     @staticmethod
@@ -177,11 +178,10 @@ class AnswerHistory:
             0 keeps none.
         max_answer_tokens: tokens kept per answer (its beginning).
 
-    Adding an answer costs O(max_answer_tokens · max_ngram); past ``2 · max_answers``
-    answers the older half is dropped and the index rebuilt (amortised O(1) per answer).
-    Memory grows with ``max_answers · max_answer_tokens · max_ngram`` index entries: the
-    defaults hold at most ~32k (a few MB). The cyclic GC is paused while indexing, which
-    only allocates acyclic objects.
+    Two generations of index: answers go into the newer one; when it holds
+    ``max_answers``, the older one is dropped whole. Adding an answer therefore costs
+    O(max_answer_tokens · max_ngram), with no rebuild. At the defaults the index holds at
+    most ~33k occurrences (~30 MB for random tokens, less for text).
 
     Answers are shared across users: where users must not learn about each other's
     questions (even through timing), set ``max_answers`` to 0.
@@ -191,29 +191,26 @@ class AnswerHistory:
                  max_answer_tokens: int = 128) -> None:
         if max_answers < 0 or max_answer_tokens < 1:
             raise ValueError(f"need max_answers >= 0 and max_answer_tokens >= 1, got {max_answers}, {max_answer_tokens}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.max_answers, self.max_answer_tokens = max_answers, max_answer_tokens
-        self.index = NGramIndex(max_ngram, min_ngram)
-        self._answers: list[tuple[int, list[int]]] = []  # (prompt key, tokens), oldest first
+        self._generations = [NGramIndex(max_ngram, min_ngram)]  # older first, at most two
+        self._counts = [0]  # answers per generation
 
     def __len__(self) -> int:
-        return len(self._answers)
+        return sum(self._counts)
 
     def add(self, prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> None:
         """Remember an answer (token ids) to a prompt (token ids)."""
-        answer = [int(t) for t in answer_ids[: self.max_answer_tokens]]
+        answer = tuple(int(t) for t in answer_ids[: self.max_answer_tokens])
         if not answer or self.max_answers == 0:
             return
-        self._answers.append((prompt_key(prompt_ids), answer))
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            if len(self._answers) > 2 * self.max_answers:
-                self._answers = self._answers[-self.max_answers :]
-                self.index = NGramIndex(self.index.max_ngram, self.index.min_ngram)
-                for origin, tokens in self._answers:
-                    self.index.add_source(tokens, PRIORITY_HISTORY, origin)
-            else:
-                self.index.add_source(answer, PRIORITY_HISTORY, self._answers[-1][0])
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        if self._counts[-1] == self.max_answers:  # the newer generation is full: drop the older
+            newest = self._generations[-1]
+            self._generations = [newest, NGramIndex(self.max_ngram, self.min_ngram, first_order=newest.next_order)]
+            self._counts = [self._counts[-1], 0]
+        self._generations[-1].add_source(answer, PRIORITY_HISTORY, prompt_key(prompt_ids))
+        self._counts[-1] += 1
+
+    def occurrences(self, ngram: tuple[int, ...], skip_prompt: int) -> list[Occurrence]:
+        """Occurrences of ``ngram`` in answers to prompts other than ``skip_prompt`` (a :func:`prompt_key`)."""
+        return [o for index in self._generations for o in index.get(ngram, PRIORITY_HISTORY) if o.origin != skip_prompt]

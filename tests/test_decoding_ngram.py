@@ -180,7 +180,7 @@ def test_matches_a_naive_scan(prompt, contexts, output, sizes, max_tokens, answe
     max_ngram, min_ngram = sizes
     history = [(prompt if same else prompt + [9], answer) for same, answer in answers]
     store = AnswerHistory(max_ngram, min_ngram)
-    store.index.max_occurrences = 10_000
+    store._generations[0].max_occurrences = 10_000
     for answer_prompt, answer in history:
         store.add(answer_prompt, answer)
     d = drafter(prompt, contexts, max_ngram=max_ngram, min_ngram=min_ngram, max_occurrences=10_000, history=store)
@@ -206,9 +206,9 @@ def test_earlier_answers_rank_between_passages_and_prompt_and_skip_the_same_prom
 
 def test_history_keeps_the_recent_answers_and_their_beginning():
     history = AnswerHistory(2, 1, max_answers=2, max_answer_tokens=3)
-    for i in range(5):  # the fifth answer passes 2 * max_answers: the older ones go
+    for i in range(5):  # generations {0, 1}, then {0, 1} {2, 3}, then {2, 3} {4}: answers 0 and 1 go
         history.add([i], [A, B, 100 + i, Y])
-    assert len(history) == 2
+    assert len(history) == 3
     assert drafter([Z, A, B], max_ngram=2, min_ngram=1, history=history).propose(None, 2).tokens == [104]  # Y cut
     assert drafter([Z, 101], max_ngram=2, min_ngram=1, history=history).propose(None, 1).tokens == []
     none = AnswerHistory(2, 1, max_answers=0)
