@@ -105,14 +105,17 @@ def hardware_summary(setup: EvalSetup) -> dict:
     return info
 
 
-def plain_greedy_kwargs(engine: SpeculativeEngine, input_ids: torch.Tensor, max_new_tokens: int) -> dict:
-    """``generate()`` arguments for plain greedy decoding of ``input_ids`` ``(1, n)``.
+def plain_greedy_kwargs(engine: SpeculativeEngine, input_ids: torch.Tensor, max_new_tokens: int,
+                        **generation: object) -> dict:
+    """``generate()`` arguments for greedy decoding of ``input_ids`` ``(1, n)``.
 
-    A fresh ``transformers.GenerationConfig`` replaces the checkpoint's, so logits
-    processors it may enable (``repetition_penalty``, ``no_repeat_ngram_size``, ...) do not
-    apply: the engine decodes plain greedy. EOS ids are the engine's.
+    A fresh ``transformers.GenerationConfig`` (plus ``generation``, e.g.
+    ``prompt_lookup_num_tokens``) replaces the checkpoint's, so logits processors it may
+    enable (``repetition_penalty``, ``no_repeat_ngram_size``, ...) do not apply: the engine
+    decodes plain greedy. EOS ids are the engine's.
     """
     eos = list(engine.target.eos_token_ids()) or None
-    return dict(generation_config=HFGenerationConfig(), attention_mask=torch.ones_like(input_ids),
-                max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=(eos or [0])[0])
+    config = HFGenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
+                                pad_token_id=(eos or [0])[0], **generation)
+    return dict(generation_config=config, attention_mask=torch.ones_like(input_ids))
 

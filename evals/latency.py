@@ -102,10 +102,9 @@ def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int
     """transformers ``generate``: greedy, prompt lookup (N = 3/5/10) or assisted."""
     target = engine.target
     x = torch.tensor([case.prompt_ids], device=target.device)
-    kwargs = plain_greedy_kwargs(engine, x, max_new_tokens)
-    if mode.startswith("hf_pld_"):
-        kwargs["prompt_lookup_num_tokens"] = int(mode.rsplit("_", 1)[1])
-    elif mode == "hf_assisted":
+    lookup = dict(prompt_lookup_num_tokens=int(mode.rsplit("_", 1)[1])) if mode.startswith("hf_pld_") else {}
+    kwargs = plain_greedy_kwargs(engine, x, max_new_tokens, **lookup)
+    if mode == "hf_assisted":
         kwargs["assistant_model"] = engine.draft.model
     streamer = _TimingStreamer()
     counter = _PassCounter(target.model)
