@@ -1,8 +1,9 @@
-"""The target's KV cache: written in place, rolled back after verification."""
+"""KV caches written in place and rolled back after verification (target and draft model)."""
 
 from __future__ import annotations
 
 from functools import partial
+from typing import Callable
 
 import torch
 from transformers import Cache, DynamicCache
@@ -88,7 +89,7 @@ class PreallocatedLayer(DynamicLayer):
         if self.is_initialized:
             self._set_views()
 
-    def _apply_to_buffers(self, fn) -> None:
+    def _apply_to_buffers(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Batch reshuffles (beam search) act on the buffers, so later writes stay consistent."""
         if self.is_initialized:
             self._key_buffer, self._value_buffer = fn(self._key_buffer), fn(self._value_buffer)
