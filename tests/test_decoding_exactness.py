@@ -135,6 +135,38 @@ def test_greedy_exact_large_vocab(tiny_models, seed):
     run_case(tiny_models, "large", seed)
 
 
+@pytest.mark.parametrize("target", ["small", "large"])
+def test_greedy_exact_through_one_engine_with_its_answer_history(tiny_models, target, monkeypatch):
+    """One engine serves many related prompts (repeats, prefixes, shared text), so earlier
+    answers are in its history and get drafted from: every output is still plain greedy."""
+    from decoding.ngram_drafter import AnswerHistory
+
+    matched = []
+    occurrences = AnswerHistory.occurrences
+
+    def counting_occurrences(self, *args):
+        found = occurrences(self, *args)
+        matched.extend(found)
+        return found
+
+    monkeypatch.setattr(AnswerHistory, "occurrences", counting_occurrences)
+    rng = random.Random(f"history-{target}")
+    loaded = tiny_models.load(target)
+    tok, vocab = loaded.tokenizer, loaded.model.config.vocab_size
+    engine = SpeculativeEngine(loaded, costs=COSTS[0], answer_history=rng.choice([2, 32]))
+    pool = [random_prompt(rng, tok, vocab) for _ in range(6)]
+    for i in range(30):
+        prompt = rng.choice(pool)
+        if rng.random() < 0.5:  # a variant: cut, extended or prefixed
+            prompt = rng.choice([prompt[: max(1, len(prompt) // 2)], prompt + rng.choice(pool), [7] + prompt])
+        budget = rng.randint(0, N_MAX)
+        config = GenerationConfig(max_new_tokens=budget, eos_token_ids=(), drafting=rng.choice(["ngram", "auto"]),
+                                  num_speculative_tokens=rng.randint(1, 17))
+        result = engine.generate(prompt, config)
+        assert result.token_ids == tiny_models.greedy(target, prompt, budget), (i, prompt, config)
+    assert len(engine.history) > 0 and matched  # the history had continuations to offer
+
+
 def test_reference_truncation_matches_generate_with_eos(tiny_models):
     """Sanity check of the test oracle: truncating the no-EOS greedy ids at the first EOS
     equals ``generate(eos_token_id=...)``."""
