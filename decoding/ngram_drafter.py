@@ -62,10 +62,12 @@ class NGramIndex:
             self.next_order += 1
 
     def add_source(self, source: Sequence[int], priority: int, origin: int = 0) -> None:
+        """Register every n-gram of ``source`` (token ids): O(len(source) · max_ngram)."""
         for end in range(len(source)):
             self.add_position(source, end, priority, origin)
 
     def get(self, ngram: tuple[int, ...], priority: int) -> tuple[Occurrence, ...]:
+        """The kept occurrences of ``ngram`` in sources of ``priority``, oldest first."""
         return self.table.get((ngram, priority), ())
 
 
