@@ -60,6 +60,8 @@ def test_bad_configuration_exits_2_with_the_reason(tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.output
     result = runner.invoke(app, ["config"], env={"COPILOT_TOP_K": "zero"})
     assert result.exit_code == 2 and "top_k" in result.output
+    result = runner.invoke(app, ["config"], env={"COPILOT_ANSWER_HISTORY": "-1"})
+    assert result.exit_code == 2 and "answer_history" in result.output
 
 
 @pytest.mark.slow
