@@ -31,6 +31,10 @@ class GenerationConfig:
         fixed_gamma: bypass the policy: every round drafts ``num_speculative_tokens``
             with the one drafter ``drafting`` names (prompt-lookup style; an ablation
             and a test hook). Needs ``drafting`` ``"ngram"`` or ``"draft_model"``.
+        loop_span: the loop stop's span L in tokens (:class:`decoding.stopping.LoopDetector`):
+            when the last L output tokens occurred twice before, generation ends with
+            ``finish_reason`` ``"repetition"``, the output cut before the repeats.
+            0 (the default) = no loop stop: plain greedy semantics.
     """
 
     max_new_tokens: int = 128
@@ -43,6 +47,7 @@ class GenerationConfig:
     drafting: str = "auto"
     num_speculative_tokens: int = 16
     fixed_gamma: bool = False
+    loop_span: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.stop_strings, str) or not all(isinstance(s, str) for s in self.stop_strings):
@@ -50,7 +55,7 @@ class GenerationConfig:
         if self.eos_token_ids is not None and (not isinstance(self.eos_token_ids, (tuple, list))
                                                or not all(_is_int(t) for t in self.eos_token_ids)):
             raise TypeError(f"eos_token_ids must be a tuple of ints or None, got {self.eos_token_ids!r}")
-        for name in ("max_new_tokens", "top_k", "num_speculative_tokens"):
+        for name in ("max_new_tokens", "top_k", "num_speculative_tokens", "loop_span"):
             if not _is_int(getattr(self, name)):
                 raise TypeError(f"{name} must be an int, got {getattr(self, name)!r}")
         if self.seed is not None and not _is_int(self.seed):
@@ -73,6 +78,8 @@ class GenerationConfig:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.loop_span < 0:
+            raise ValueError(f"loop_span must be >= 0 (0 = no loop stop), got {self.loop_span}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if self.drafting not in ("auto", "ngram", "draft_model", "off"):

@@ -58,7 +58,8 @@ class GenerationResult:
         token_ids: generated ids (EOS included when it ended the output; stop-string
             tokens included, as plain greedy with stop strings would emit them).
         text: decoded text, special tokens skipped, cut before a stop string.
-        finish_reason: ``"eos" | "stop" | "length" | "cancelled"``.
+        finish_reason: ``"eos" | "stop" | "length" | "repetition" | "cancelled"``
+            (``"repetition"``: the loop stop cut the output before its repeats).
         stats: timings and speculation statistics.
     """
 
@@ -71,7 +72,9 @@ class GenerationResult:
 @dataclass
 class StreamEvent:
     """One streamed step: a text delta (possibly empty) and the committed ids; the last
-    event carries ``result``."""
+    event carries ``result``. Deltas are final (held back while a loop stop could still
+    cut them); ids are as committed, so after a loop stop the result's ids are a prefix
+    of the streamed ones."""
 
     delta: str
     token_ids: list[int] = field(default_factory=list)
@@ -92,6 +95,14 @@ def target_pass(model: torch.nn.Module, tokens: list[int], cache: PreallocatedCa
     """One verification pass over ``tokens`` (last committed + draft): logits ``(len(tokens), vocab)``."""
     x = torch.tensor([tokens], device=next(model.parameters()).device)
     return model(input_ids=x, cache=cache, use_cache=True).logits[0]
+
+
+def _delta(detok: IncrementalDetokenizer, stop: StopChecker) -> str:
+    """Text that became final with the last commit: ids a loop cut may still remove and a
+    possibly unfinished stop string are held back; a finished output goes out with the result."""
+    if stop.finish_reason is not None:
+        return ""
+    return detok.push(stop.output[:stop.stable_length])
 
 
 class SpeculativeEngine:
@@ -188,7 +199,7 @@ class SpeculativeEngine:
         tok = self.target.tokenizer
         eos = self.target.eos_token_ids() if config.eos_token_ids is None else config.eos_token_ids
         budget = min(config.max_new_tokens, self.target.max_positions - len(prompt))
-        stop = StopChecker(tok, frozenset(eos), tuple(config.stop_strings), budget)
+        stop = StopChecker(tok, frozenset(eos), tuple(config.stop_strings), budget, config.loop_span)
         detok = IncrementalDetokenizer(tok, holdback=max((len(s) for s in config.stop_strings), default=1) - 1)
         stats = GenerationStats(prompt_tokens=len(prompt))
         t0 = time.perf_counter()
@@ -204,7 +215,7 @@ class SpeculativeEngine:
             first = int(logits.argmax()) if sampling is None else sample(sampling.probs(logits), sampling.generator)
             committed = stop.accept([first])
             stats.ttft_ms = (time.perf_counter() - t0) * 1000
-            yield StreamEvent(detok.push(stop.output) if stop.finish_reason != "stop" else "", committed)
+            yield StreamEvent(_delta(detok, stop), committed)
             t_decode = time.perf_counter()
             # A seeded sample must not depend on earlier requests: no answer history, and
             # drafting from the priors.
@@ -239,7 +250,10 @@ class SpeculativeEngine:
                     if d is not None:
                         d.observe(committed)
                 stats.overhead_ms += (time.perf_counter() - t_obs) * 1000
-                yield StreamEvent(detok.push(stop.output) if stop.finish_reason != "stop" else "", committed)
+                yield StreamEvent(_delta(detok, stop), committed)
+            if stop.finish_reason == "repetition":  # τ counts what the user gets, not the cut repeats
+                stats.loop_cut_tokens = stop.generated - len(stop.output)
+                stats.decode_tokens = max(len(stop.output) - 1, 0)
             t_history = time.perf_counter()
             self.history.add(prompt, stop.output)
             stats.overhead_ms += (time.perf_counter() - t_history) * 1000

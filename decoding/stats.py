@@ -31,7 +31,8 @@ class GenerationStats:
 
     Times are milliseconds of wall clock. τ (mean accepted length) counts tokens
     committed per decode-phase target forward pass (the prefill pass and the first
-    token it yields are excluded).
+    token it yields are excluded); after a loop stop only the tokens kept count, so
+    repeats the user never sees do not inflate τ.
     """
 
     prompt_tokens: int = 0
@@ -45,6 +46,7 @@ class GenerationStats:
     target_passes: int = 0
     decode_tokens: int = 0
     finish_reason: str | None = None
+    loop_cut_tokens: int = 0  # generated, then removed by the loop stop (not in decode_tokens)
     drafters: dict[str, DrafterStats] = field(default_factory=dict)
     switches: list[dict] = field(default_factory=list)
     accepted_by_position: list[list[int]] = field(default_factory=list)  # [proposed, accepted] per draft slot

@@ -165,12 +165,14 @@ class TinyModels:
             self._greedy[key] = out[0, len(prompt):].tolist()
         return self._greedy[key]
 
-    def expected(self, name: str, prompt, max_new_tokens: int, eos=None, stop_strings=()) -> tuple[list[int], str, str]:
+    def expected(self, name: str, prompt, max_new_tokens: int, eos=None, stop_strings=(),
+                 loop_span: int = 0) -> tuple[list[int], str, str]:
         """What plain greedy decoding plus stop handling emits: ``(ids, text, finish_reason)``.
 
         The budget is clipped to the context window; the ids end at the first EOS (kept) or
         at the first token after which the decoded output contains a stop string (kept; the
-        text is cut before the stop string). ``eos=None`` means the model's EOS ids.
+        text is cut before the stop string), or are cut by the loop stop (naive re-statement
+        of its definition: :func:`naive_loop_cut`). ``eos=None`` means the model's EOS ids.
         """
         loaded = self.load(name)
         eos = loaded.eos_token_ids() if eos is None else tuple(eos)
@@ -185,7 +187,27 @@ class TinyModels:
                 hits = [text.find(s) for s in stop_strings if s in text]
                 if hits:
                     return out, text[: min(hits)], "stop"
+            cut = naive_loop_cut(out, loop_span) if loop_span else None
+            if cut is not None:
+                return out[:cut], tok.decode(out[:cut], skip_special_tokens=True), "repetition"
         return out, tok.decode(out, skip_special_tokens=True), "length"
+
+
+def naive_loop_cut(out: list[int], span: int) -> int | None:
+    """The loop stop's definition, by brute force on ``out`` whose newest token was just
+    added: when the last ``span`` ids occurred twice before, where the current echo run
+    (trailing windows that each occurred earlier) starts; else None."""
+    def earlier(end: int) -> int:  # occurrences of the window ending at ``end`` that start before it
+        w = out[end - span:end]
+        return sum(out[i:i + span] == w for i in range(end - span))
+
+    t = len(out)
+    if t < span or earlier(t) < 2:
+        return None
+    end = t
+    while end - 1 >= span and earlier(end - 1) >= 1:
+        end -= 1
+    return end - span
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,9 @@
 Seeded loops over random prompts on tiny random Llama models (small and large
 vocabularies; random, repetitive and text prompts), every drafting mode, budgets
 0..N, with and without EOS and stop strings, random γ (fixed or the policy's), n-gram
-sizes, draft models and policy costs. Each case also checks that the streamed deltas add up to the text.
+sizes, draft models and policy costs, with and without the loop stop (its cut checked against a
+brute-force statement of its definition). Each case also checks that the streamed deltas add
+up to the text.
 """
 
 from __future__ import annotations
@@ -100,29 +102,32 @@ def run_case(tiny_models, target: str, seed: int) -> None:
         budget = rng.choice([0, 1, 2, 3]) if rng.random() < 0.2 else rng.randint(4, N_MAX)
         eos = random_eos(rng, ref)
         stops = random_stop_strings(rng, ref_text) if rng.random() < 0.5 else ()
+        loop_span = rng.choice([0, 0, 1, 2, 3, 5, 8, 12])
         config = GenerationConfig(max_new_tokens=budget, eos_token_ids=eos, stop_strings=stops, drafting=mode,
-                                  num_speculative_tokens=rng.randint(1, 17),
+                                  num_speculative_tokens=rng.randint(1, 17), loop_span=loop_span,
                                   fixed_gamma=mode in ("ngram", "draft_model") and rng.random() < 0.5)
         contexts = random_contexts(rng, ref, vocab) if mode in ("ngram", "auto") else []
         where = f"{target} seed={seed} prompt={prompt} {config} contexts={contexts}"
 
         events = list(engine.stream(prompt, config, contexts))
         result = events[-1].result
-        ids, text, reason = tiny_models.expected(target, prompt, budget, eos, stops)
+        ids, text, reason = tiny_models.expected(target, prompt, budget, eos, stops, loop_span)
         assert result.token_ids == ids, where
         assert result.text == text, where
         assert result.finish_reason == reason, where
         assert "".join(e.delta for e in events) == result.text, where
-        assert [t for e in events for t in e.token_ids] == result.token_ids, where
+        streamed = [t for e in events for t in e.token_ids]
+        assert streamed[:len(ids)] == ids and (reason == "repetition" or streamed == ids), where
         stats = result.stats
         assert stats.new_tokens == len(ids) <= budget
         if ids:  # every decode-phase pass commits >= 1 token; the first token comes from the prefill
             assert stats.decode_tokens == len(ids) - 1
-            assert 1 <= (stats.tau if stats.target_passes else 1) <= config.num_speculative_tokens + 1
+            low = 0 if reason == "repetition" else 1  # cut repeats do not count
+            assert low <= (stats.tau if stats.target_passes else 1) <= config.num_speculative_tokens + 1
         for d in stats.drafters.values():
             assert 0 <= d.accepted <= d.proposed
         if mode == "off":
-            assert stats.drafters == {} and stats.tau in (0.0, 1.0)
+            assert stats.drafters == {} and (stats.tau in (0.0, 1.0) or reason == "repetition" and stats.tau < 1)
 
 
 @pytest.mark.parametrize("seed", range(40))
