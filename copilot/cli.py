@@ -121,10 +121,13 @@ def ask(question: str = typer.Argument(..., help="the question"),
         console.print(event.delta, end="", soft_wrap=True, highlight=False, markup=False)
         result = event.result or result
     console.print()
-    if not prepared.prompt.passages:
+    if not prepared.prompt.sources:
         err.print("no sources: the store is empty or nothing matched")
-    for p in prepared.prompt.passages:
-        console.print(f"[{p.n}] {p.chunk.doc_id}  {p.title}", highlight=False, markup=False, soft_wrap=True)
+    for src in prepared.prompt.sources:
+        title = src.metadata.get("title") or ""
+        console.print(f"[{src.n}] {src.doc_id}  {title}", highlight=False, markup=False, soft_wrap=True)
+        for line in src.highlights:
+            console.print(f"      > {line}", highlight=False, markup=False, soft_wrap=True)
     if show_stats and result is not None:
         console.print_json(json.dumps(result.stats.to_dict()))
 

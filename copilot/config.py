@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     answer_history: int = Field(32, ge=0, le=512, description="recent answers the n-gram drafter also drafts from "
                                 "(0 = none; answers are shared across users)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's)")
+    loop_stop: bool = Field(True, description="end an answer that starts repeating itself (finish_reason "
+                            "'repetition'), cut before the repeats")
+    loop_span: int = Field(12, ge=4, le=256, description="loop stop: the last N tokens occurred twice before")
 
     # retrieval and prompting
     top_k: int = Field(5, ge=1, le=100)

@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator
 from fastapi import HTTPException, Request, status
 
 from copilot.metrics import Metrics
+from copilot.citations import cited_numbers
 from copilot.prompting import PromptTooLongError
 from copilot.service import CopilotService, Prepared
 from copilot.worker import DONE, GenerationWorker, Job, QueueFullError
@@ -65,12 +66,14 @@ class Outcome:
 
     Attributes:
         text: the answer text.
-        finish_reason: ``eos | stop | length | cancelled`` from the engine; ``stop`` for the
+        finish_reason: ``eos | stop | length | repetition | cancelled`` from the engine; ``stop`` for the
             fixed no-context answer.
         stats: engine statistics plus ``retrieval_ms`` (retrieval and prompt building),
             ``queue_ms`` (wait for the worker) and ``finish_reason``; ``no_context: true``
             when nothing was retrieved.
         prompt_tokens / completion_tokens: token counts for OpenAI-style ``usage``.
+        cited: source numbers the answer cites (each names a source; invalid ones were
+            removed and are listed in ``stats["invalid_citations"]``).
     """
 
     text: str
@@ -78,6 +81,7 @@ class Outcome:
     stats: dict[str, Any] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cited: list[int] = field(default_factory=list)
 
 
 class GenerationRun:
@@ -91,6 +95,7 @@ class GenerationRun:
         self.started = started
         self.text = ""
         self.result: GenerationResult | None = None
+        self.invalid_citations: list[int] = []
         self.disconnected = False
         self._prepared: Prepared | None = None
         self._last_check = time.monotonic()
@@ -157,6 +162,7 @@ class GenerationRun:
                     return
                 if event.result is not None:
                     self.result = event.result
+                    self.invalid_citations = event.invalid_citations
                 if event.delta:
                     if first:
                         self.metrics.ttft.labels(self.endpoint).observe(time.perf_counter() - self.started)
@@ -192,13 +198,14 @@ class GenerationRun:
             reason = "cancelled" if self.disconnected else "stop"
             completion = self.service.count_tokens(self.text)
             stats = {"prompt_tokens": prompt_tokens, "new_tokens": completion}
-            if not prepared.prompt.passages:
+            if not prepared.prompt.sources:
                 stats["no_context"] = True
         stats["retrieval_ms"] = round(prepared.retrieval_ms, 2)
         if self.job.queue_ms is not None:
             stats["queue_ms"] = round(self.job.queue_ms, 2)
         stats["finish_reason"] = reason
-        return Outcome(self.text, reason, stats, prompt_tokens, completion)
+        stats["invalid_citations"] = self.invalid_citations
+        return Outcome(self.text, reason, stats, prompt_tokens, completion, cited_numbers(self.text))
 
 
 def start(request: Request, service: CopilotService, worker: GenerationWorker, metrics: Metrics, question: str, *,

@@ -1,30 +1,78 @@
-"""Chat prompts with numbered passages inside a token budget.
+"""Chat prompts with numbered sources inside a token budget.
 
 Budget: ``max_prompt_tokens`` (capped by the target's context window minus
-``max_new_tokens``) holds the system instructions, the question, as much recent
-history as fits after the question, and the passages in rank order while they fit.
-Every retrieved passage — also those cut for the budget — seeds the n-gram drafter.
+``max_new_tokens``) holds the system instructions, the question, the sources and the
+conversation history, **in that order of priority**: sources are added in rank order
+while they fit (a source that does not fit whole is shown by its evidence lines), then
+history fills what is left, newest turn first (the oldest are dropped). Citation
+markers in earlier assistant turns are removed: they pointed at another turn's sources.
+Every retrieved chunk — also those cut for the budget — seeds the n-gram drafter.
+
+How a source is shown (:class:`PromptStyle`) was tuned by measurement for the embedded
+135M target (``copilot eval answers --prompt-style NAME``; the table is in the README).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
-from copilot.retrieval import Passage
+from copilot.citations import strip_citations
+from copilot.sources import Source
 
-SYSTEM_PROMPT = (
-    "You are OpsCopilot, an assistant for a computing operations team. Answer the question "
-    "using only the numbered passages from the team's logbooks and tickets. Quote commands, "
-    "error messages, paths, host names and ticket ids exactly as written, and cite the "
-    "passages you used as [n]. If the passages do not contain the answer, say so."
-)
 NO_CONTEXT_ANSWER = "I found no logbook entries or tickets to answer from: the document store is empty or nothing matched."
 
 
 class PromptTooLongError(ValueError):
     """The question (with the instructions) alone exceeds the prompt budget."""
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    """How the prompt presents the sources (the knobs ``copilot eval answers`` compares).
+
+    Attributes:
+        system: the system instructions.
+        passages: ``"chunks"`` (each source's matched chunks, whole) or ``"highlights"``
+            (its header and evidence lines only: a much shorter prompt).
+        max_sources: sources shown to the model (and returned; at most ``top_k``).
+        best_last: list the best source last, next to the question (else first).
+        answer_hint: appended to the question (e.g. a length hint); empty for none.
+    """
+
+    system: str
+    passages: Literal["chunks", "highlights"] = "chunks"
+    max_sources: int = 5
+    best_last: bool = False
+    answer_hint: str = ""
+
+
+SYSTEM_LONG = (
+    "You are OpsCopilot, an assistant for a computing operations team. Answer the question "
+    "using only the numbered passages from the team's logbooks and tickets. Quote commands, "
+    "error messages, paths, host names and ticket ids exactly as written, and cite the "
+    "passages you used as [n]. If the passages do not contain the answer, say so."
+)
+SYSTEM_SHORT = (
+    "You answer questions from an operations team's logbooks and tickets. Use only the numbered "
+    "sources. Quote commands, errors and paths exactly. Cite sources as [n]."
+)
+
+#: Named styles compared by the answers eval; ``DEFAULT_STYLE`` is the measured best.
+PROMPT_STYLES: dict[str, PromptStyle] = {
+    "baseline": PromptStyle(SYSTEM_LONG, "chunks", 5),
+    "chunks-3": PromptStyle(SYSTEM_LONG, "chunks", 3),
+    "highlights-5": PromptStyle(SYSTEM_LONG, "highlights", 5),
+    "highlights-3": PromptStyle(SYSTEM_LONG, "highlights", 3),
+    "highlights-3-short": PromptStyle(SYSTEM_SHORT, "highlights", 3,
+                                      answer_hint="Answer in one or two sentences and cite the source."),
+    "highlights-3-short-last": PromptStyle(SYSTEM_SHORT, "highlights", 3, best_last=True,
+                                           answer_hint="Answer in one or two sentences and cite the source."),
+}
+DEFAULT_STYLE = "baseline"
 
 
 @dataclass(frozen=True)
@@ -41,69 +89,88 @@ class BuiltPrompt:
 
     Attributes:
         input_ids: the chat-templated prompt token ids.
-        passages: the passages included, numbered as cited.
-        context_ids: token ids of every retrieved passage (included or not) for the drafter.
-        history_turns: how many history turns fit.
+        sources: the sources shown to the model, numbered as cited (``[n]`` = ``sources[n-1]``).
+        context_ids: token ids of every retrieved chunk (shown or not) for the n-gram drafter.
+        history_turns: how many history turns fit (the most recent ones).
     """
 
     input_ids: list[int]
-    passages: list[Passage]
+    sources: list[Source]
     context_ids: list[list[int]]
     history_turns: int
 
 
-def format_passage(p: Passage) -> str:
-    """``[n]`` then the chunk text (which starts with its document's header: kind, key, title, date)."""
-    return f"[{p.n}] {p.chunk.text.strip()}"
+def format_source(source: Source, passages: str = "chunks") -> str:
+    """``[n] header`` then the source's matched chunks (``"chunks"``) or its evidence lines."""
+    if passages == "highlights" and source.highlights:
+        body = "\n".join(f"- {h}" for h in source.highlights)
+    else:
+        body = source.body()
+    return f"[{source.n}] {source.header}\n{body.strip()}"
 
 
-def _render(tokenizer: PreTrainedTokenizerBase, passages: list[Passage], history: list[ChatTurn], question: str) -> list[int]:
-    context = "\n\n".join(format_passage(p) for p in passages) if passages else "(no passages)"
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+def _render(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, blocks: list[str],
+            history: list[ChatTurn], question: str) -> list[int]:
+    """Chat-template the prompt; ``blocks`` are the formatted sources, best first."""
+    shown = list(reversed(blocks)) if style.best_last else blocks
+    context = "\n\n".join(shown) if shown else "(no sources)"
+    ask = f"{question}\n{style.answer_hint}" if style.answer_hint else question
+    messages = [{"role": "system", "content": style.system}]
     messages += [{"role": t.role, "content": t.content} for t in history]
-    messages.append({"role": "user", "content": f"Passages:\n\n{context}\n\nQuestion: {question}"})
+    messages.append({"role": "user", "content": f"Sources:\n\n{context}\n\nQuestion: {ask}"})
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
     return list(ids)
 
 
-def bare_prompt_tokens(tokenizer: PreTrainedTokenizerBase, question: str) -> int:
-    """Tokens of the prompt with the instructions and the question only (no passages, no history)."""
-    return len(_render(tokenizer, [], [], question))
+def bare_prompt_tokens(tokenizer: PreTrainedTokenizerBase, question: str, style: PromptStyle | None = None) -> int:
+    """Tokens of the prompt with the instructions and the question only (no sources, no history)."""
+    return len(_render(tokenizer, style or PROMPT_STYLES[DEFAULT_STYLE], [], [], question))
 
 
-def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, passages: list[Passage], budget_tokens: int,
-                 history: list[ChatTurn] | None = None) -> BuiltPrompt:
-    """Fit instructions, question, history and passages into ``budget_tokens``.
+def clean_history(history: list[ChatTurn]) -> list[ChatTurn]:
+    """Earlier turns without the citation markers of earlier answers (other numbering)."""
+    return [ChatTurn(t.role, strip_citations(t.content) if t.role == "assistant" else t.content) for t in history]
 
-    Passages are added in rank order while they fit (a passage that does not fit is
-    skipped, a shorter later one may still fit) and renumbered 1..n in prompt order.
+
+def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: list[Source], budget_tokens: int,
+                 history: list[ChatTurn] | None = None, style: PromptStyle | None = None) -> BuiltPrompt:
+    """Fit instructions, question, sources and then history into ``budget_tokens``.
+
+    Sources (at most ``style.max_sources``) are added in rank order while they fit; one
+    that does not fit whole is tried as its evidence lines; a later, shorter one may
+    still fit. They are renumbered 1..n in rank order. History turns are then added
+    newest first while they fit.
 
     Raises:
-        PromptTooLongError: the question with the instructions alone exceeds the budget.
+        PromptTooLongError: the question with the instructions alone exceeds the budget, or
+            leaves no room for even the evidence lines of one source.
     """
-    history = list(history or [])
-    bare = _render(tokenizer, [], [], question)
-    if len(bare) > budget_tokens:
-        raise PromptTooLongError(
-            f"the question needs {len(bare)} prompt tokens; the budget is {budget_tokens}")
-    # Most recent history first, while it fits next to the bare question.
+    style = style or PROMPT_STYLES[DEFAULT_STYLE]
+    history = clean_history(list(history or []))
+    bare = len(_render(tokenizer, style, [], [], question))
+    if bare > budget_tokens:
+        raise PromptTooLongError(f"the question needs {bare} prompt tokens; the budget is {budget_tokens}")
+    chosen: list[Source] = []
+    blocks: list[str] = []
+    for source in sources[: style.max_sources]:
+        candidate = replace(source, n=len(chosen) + 1)
+        for mode in dict.fromkeys([style.passages, "highlights"]):  # whole, else its evidence lines
+            block = format_source(candidate, mode)
+            if len(_render(tokenizer, style, blocks + [block], [], question)) <= budget_tokens:
+                chosen.append(candidate)
+                blocks.append(block)
+                break
+    if sources and not chosen:
+        raise PromptTooLongError(f"no source fits next to the question within the prompt budget of {budget_tokens} "
+                                 f"tokens (the question needs {bare}); shorten the question")
     kept: list[ChatTurn] = []
     for turn in reversed(history):
-        if len(_render(tokenizer, [], [turn] + kept, question)) > budget_tokens:
+        if len(_render(tokenizer, style, blocks, [turn] + kept, question)) > budget_tokens:
             break
         kept.insert(0, turn)
-    used = len(_render(tokenizer, [], kept, question))
-    chosen: list[Passage] = []
-    for p in passages:
-        cost = len(tokenizer(format_passage(p) + "\n\n", add_special_tokens=False)["input_ids"])
-        if used + cost <= budget_tokens:
-            chosen.append(p)
-            used += cost
-    numbered = [Passage(i + 1, p.chunk, p.score) for i, p in enumerate(chosen)]
-    ids = _render(tokenizer, numbered, kept, question)
-    while len(ids) > budget_tokens and numbered:  # token estimate was off at a boundary
-        numbered.pop()
-        ids = _render(tokenizer, numbered, kept, question)
-    context_ids = [tokenizer(p.chunk.text, add_special_tokens=False)["input_ids"] for p in passages]
-    return BuiltPrompt(ids, numbered, context_ids, len(kept))
+    ids = _render(tokenizer, style, blocks, kept, question)
+    context_ids = [tokenizer(p.chunk.text, add_special_tokens=False)["input_ids"]
+                   for s in sources for p in s.passages]
+    return BuiltPrompt(ids, chosen, context_ids, len(kept))
+

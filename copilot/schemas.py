@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import date, datetime, time, timezone
-from typing import Any, Literal
+from typing import Any, Collection, Literal
+from urllib.parse import quote
 
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from copilot.retrieval import Passage
+from copilot.sources import Source
 from ingestion.documents import SearchFilter
 
 
@@ -96,29 +97,43 @@ class AskRequest(BaseModel):
     seed: Seed | None = None
 
 
+class ChunkMatch(BaseModel):
+    """A chunk of a source that retrieval matched."""
+
+    chunk_id: str
+    score: float = Field(description="fused retrieval score (weighted RRF sum, ~0.1-0.3; key matches ~10)")
+
+
 class SourceOut(BaseModel):
-    """A cited passage: ``[n]`` in the answer refers to ``n`` here."""
+    """A source document: ``[n]`` in the answer refers to ``n`` here; no document appears twice."""
 
     n: int
-    chunk_id: str
     doc_id: str
     source: str
     title: str
     key: str | None = Field(None, description="ELOG MID or ticket key")
     doc_type: str | None = None
     created: str | None = Field(None, description="when the entry was written (ISO 8601), if known")
-    snippet: str
-    score: float
+    url: str = Field(description="the document with its chunks (GET, relative to this server)")
+    highlights: list[str] = Field(description="the 1-3 lines of the document that best answer the question, best "
+                                  "first")
+    snippet: str = Field(description="the start of the best matching chunk")
+    score: float = Field(description="its best chunk's fused retrieval score")
+    cited: bool = Field(False, description="the answer cites it")
+    chunks: list[ChunkMatch] = Field(description="the document's matched chunks, best first")
 
     @classmethod
-    def from_passage(cls, p: Passage) -> "SourceOut":
-        """The API view of a prompt passage."""
-        meta = p.chunk.metadata
+    def from_source(cls, s: Source, cited: Collection[int] = ()) -> "SourceOut":
+        """The API view of a prompt source."""
+        meta = s.metadata
         key = meta.get("ticket_key") or meta.get("mid")
         created = meta.get("created")
-        return cls(n=p.n, chunk_id=p.chunk.chunk_id, doc_id=p.chunk.doc_id, source=p.source, title=p.title,
+        return cls(n=s.n, doc_id=s.doc_id, source=str(meta.get("source", "")), title=str(meta.get("title") or ""),
                    key=None if key is None else str(key), doc_type=meta.get("doc_type"),
-                   created=None if created is None else str(created), snippet=p.snippet(), score=round(p.score, 6))
+                   created=None if created is None else str(created),
+                   url=f"/v1/documents/{quote(s.doc_id, safe='')}", highlights=list(s.highlights),
+                   snippet=s.passages[0].snippet(), score=round(s.score, 6), cited=s.n in cited,
+                   chunks=[ChunkMatch(chunk_id=p.chunk.chunk_id, score=round(p.score, 6)) for p in s.passages])
 
 
 class AskResponse(BaseModel):
@@ -126,7 +141,25 @@ class AskResponse(BaseModel):
 
     answer: str
     sources: list[SourceOut]
+    cited: list[int] = Field(description="source numbers the answer cites, in order of first citation")
     stats: dict[str, Any]
+
+
+class SearchRequest(BaseModel):
+    """``POST /v1/search``: retrieval only, no model call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: Text = Field(min_length=1, description="what to look for (a question or keywords)")
+    top_k: int | None = Field(None, ge=1, le=100, description="documents to return (default from settings)")
+    filters: Filters | None = None
+
+
+class SearchResponse(BaseModel):
+    """``POST /v1/search``: the best documents, best first, with their evidence lines."""
+
+    sources: list[SourceOut]
+    retrieval_ms: float
 
 
 class ErrorResponse(BaseModel):

@@ -10,12 +10,14 @@ from typing import Callable, Iterator
 import torch
 
 from copilot.config import Settings
-from copilot.prompting import (NO_CONTEXT_ANSWER, BuiltPrompt, ChatTurn, PromptTooLongError, bare_prompt_tokens,
-                               build_prompt)
-from copilot.retrieval import HybridRetriever, Passage
+from copilot.citations import CitationFilter, cited_numbers
+from copilot.prompting import (DEFAULT_STYLE, NO_CONTEXT_ANSWER, PROMPT_STYLES, BuiltPrompt, ChatTurn, PromptStyle,
+                               PromptTooLongError, bare_prompt_tokens, build_prompt)
+from copilot.retrieval import HybridRetriever
+from copilot.sources import Source, group_by_document, with_highlights
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.derived_draft import DERIVED_PREFIX, derive_draft
-from decoding.engine import StreamEvent
+from decoding.engine import GenerationResult
 from decoding.models import LoadedModel, load_model
 from ingestion.documents import SearchFilter
 from ingestion.store import ChunkStore
@@ -34,13 +36,30 @@ class Prepared:
 
 
 @dataclass
+class AnswerEvent:
+    """One streamed piece of an answer: a checked text delta; the last event carries the
+    engine's ``result`` (its ``text`` checked too) and the citations removed."""
+
+    delta: str
+    result: GenerationResult | None = None
+    invalid_citations: list[int] = field(default_factory=list)
+
+
+@dataclass
 class Answer:
-    """A finished answer: ``text`` cites ``passages`` as [n]; ``stats`` from the engine."""
+    """A finished answer: ``text`` cites ``sources`` as [n]; ``stats`` from the engine.
+
+    Attributes:
+        cited: source numbers cited in ``text`` (every one names a source).
+        invalid_citations: numbers the model cited that name no source (removed from ``text``).
+    """
 
     text: str
-    passages: list[Passage]
+    sources: list[Source]
     stats: dict = field(default_factory=dict)
     finish_reason: str = "stop"
+    cited: list[int] = field(default_factory=list)
+    invalid_citations: list[int] = field(default_factory=list)
 
 
 def load_draft(settings: Settings, target: LoadedModel) -> LoadedModel | None:
@@ -67,6 +86,7 @@ class CopilotService:
         self.store = store
         self.retriever = HybridRetriever(store)
         self.engine = engine
+        self.style: PromptStyle = PROMPT_STYLES[DEFAULT_STYLE]
 
     @classmethod
     def from_settings(cls, settings: Settings, *, load_models: bool = True) -> "CopilotService":
@@ -102,6 +122,7 @@ class CopilotService:
             raise ValueError(f"max_new_tokens={n} exceeds the configured cap {self.settings.max_new_tokens_cap}")
         overrides.setdefault("drafting", self.settings.drafting)
         overrides.setdefault("num_speculative_tokens", self.settings.num_speculative_tokens)
+        overrides.setdefault("loop_span", self.settings.loop_span if self.settings.loop_stop else 0)
         return GenerationConfig(max_new_tokens=n, **overrides)
 
     def warm_up(self) -> None:
@@ -129,14 +150,31 @@ class CopilotService:
             raise ValueError(f"the question has {len(question)} characters; the limit is "
                              f"{self.settings.max_question_chars}")
         budget = self.prompt_budget(config or self.generation_config())
-        needed = bare_prompt_tokens(self.engine.target.tokenizer, question)
+        needed = bare_prompt_tokens(self.engine.target.tokenizer, question, self.style)
         if needed > budget:
             raise PromptTooLongError(f"the question needs {needed} prompt tokens; the budget is {budget}")
         return question
 
+    def search(self, question: str, top_k: int | None = None, flt: SearchFilter | None = None) -> list[Source]:
+        """The ``top_k`` best documents for ``question`` with their evidence lines (no model call).
+
+        Raises:
+            ValueError: empty question or one longer than ``max_question_chars``.
+        """
+        question = question.strip()
+        if not question:
+            raise ValueError("the question is empty")
+        if len(question) > self.settings.max_question_chars:
+            raise ValueError(f"the question has {len(question)} characters; the limit is "
+                             f"{self.settings.max_question_chars}")
+        k = top_k or self.settings.top_k
+        passages = self.retriever.retrieve(question, max(self.retriever.candidates, 4 * k), flt)
+        return with_highlights(question, group_by_document(passages, k), self.store.embedder)
+
     def prepare(self, question: str, *, top_k: int | None = None, flt: SearchFilter | None = None,
                 history: list[ChatTurn] | None = None, config: GenerationConfig | None = None) -> Prepared:
-        """Retrieve and build the prompt (``retrieval_ms`` covers both).
+        """Retrieve, group into sources, pick evidence lines and build the prompt
+        (``retrieval_ms`` covers all of it).
 
         Raises:
             ValueError, PromptTooLongError, RuntimeError: as :meth:`check`.
@@ -144,31 +182,43 @@ class CopilotService:
         config = config or self.generation_config()
         question = self.check(question, config)
         t0 = time.perf_counter()
-        passages = self.retriever.retrieve(question, top_k or self.settings.top_k, flt)
-        prompt = build_prompt(self.engine.target.tokenizer, question, passages, self.prompt_budget(config), history)
+        sources = self.search(question, min(top_k or self.settings.top_k, self.style.max_sources), flt)
+        prompt = build_prompt(self.engine.target.tokenizer, question, sources, self.prompt_budget(config), history,
+                              self.style)
         return Prepared(question, prompt, config, (time.perf_counter() - t0) * 1000)
 
-    def stream(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Iterator[StreamEvent]:
+    def stream(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Iterator[AnswerEvent]:
         """Decode a prepared question; the last event's ``result`` has the stats.
 
-        With no passages (empty store or nothing matched) a fixed no-context answer is
-        streamed without running the model.
+        Deltas and the result's text have their citations checked (:mod:`copilot.citations`):
+        a ``[n]`` naming no source is removed. With no sources (empty store or nothing
+        matched) a fixed no-context answer is streamed without running the model.
         """
-        if not prepared.prompt.passages:
-            yield StreamEvent(NO_CONTEXT_ANSWER)
+        if not prepared.prompt.sources:
+            yield AnswerEvent(NO_CONTEXT_ANSWER)
             return
-        yield from self.engine.stream(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids, cancel)
+        citations = CitationFilter(len(prepared.prompt.sources))
+        for event in self.engine.stream(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids,
+                                        cancel):
+            delta = citations.push(event.delta)
+            if event.result is None:
+                yield AnswerEvent(delta)
+            else:
+                delta += citations.finish()
+                event.result.text = citations.text
+                yield AnswerEvent(delta, event.result, citations.invalid)
 
     def answer(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Answer:
         """Decode to completion (see :meth:`stream`)."""
-        text, stats, reason = "", {}, "stop"
+        text, stats, reason, invalid = "", {}, "stop", []
         for event in self.stream(prepared, cancel):
             text += event.delta
             if event.result is not None:
                 stats = event.result.stats.to_dict()
                 reason = event.result.finish_reason
+                invalid = event.invalid_citations
         stats["retrieval_ms"] = round(prepared.retrieval_ms, 2)
-        return Answer(text, prepared.prompt.passages, stats, reason)
+        return Answer(text, prepared.prompt.sources, stats, reason, cited_numbers(text), invalid)
 
     def ask(self, question: str, **kwargs) -> Answer:
         """Retrieve, prompt and decode in one call (keyword arguments as :meth:`prepare`)."""

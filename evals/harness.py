@@ -28,7 +28,7 @@ class Case:
         question: the eval question.
         prompt_ids: chat-templated prompt token ids (the real prompt path).
         context_ids: retrieved passages' token ids (n-gram drafter seed).
-        retrieved_doc_ids: document ids of the passages in the prompt, in order.
+        retrieved_doc_ids: document ids of the sources in the prompt, in order.
     """
 
     question: Question
@@ -82,7 +82,7 @@ def build_cases(setup: EvalSetup, questions: list[Question], max_new_tokens: int
     for q in questions:
         prepared = setup.service.prepare(q.question, config=config)
         cases.append(Case(q, prepared.prompt.input_ids, prepared.prompt.context_ids,
-                          [p.chunk.doc_id for p in prepared.prompt.passages]))
+                          [s.doc_id for s in prepared.prompt.sources]))
     return cases
 
 

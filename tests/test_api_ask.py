@@ -84,18 +84,21 @@ def test_huge_document_offset_is_a_422(client):
     assert r.status_code == 422 and r.json()["detail"]
 
 
-def test_citations_map_to_the_numbered_passages_of_the_prompt(client, sample_service):
+def test_citations_map_to_the_numbered_sources_of_the_prompt(client, sample_service):
     question = "Which command restarted the dCache pool on dc-pool-07?"
     r = client.post("/v1/ask", json={"question": question, "max_new_tokens": 0, "top_k": 4})
     assert r.status_code == 200, r.text
     sources = r.json()["sources"]
     prepared = sample_service.prepare(question, top_k=4, config=sample_service.generation_config(0))
-    assert [s["chunk_id"] for s in sources] == [p.chunk.chunk_id for p in prepared.prompt.passages]
+    assert [s["doc_id"] for s in sources] == [x.doc_id for x in prepared.prompt.sources]
+    assert len({s["doc_id"] for s in sources}) == len(sources)  # one entry per document
     prompt = sample_service.engine.target.tokenizer.decode(prepared.prompt.input_ids)
-    chunks = sample_service.store.get_chunks([s["chunk_id"] for s in sources])
-    # Passage n is "[n] " + its chunk text, the n-th block of the prompt.
-    positions = [prompt.index(f"[{s['n']}] {chunks[s['chunk_id']].text.strip()[:80]}") for s in sources]
+    # Source n is "[n] " + its document header, the n-th block of the prompt.
+    positions = [prompt.index(f"[{x.n}] {x.header}") for x in prepared.prompt.sources]
     assert positions == sorted(positions)
+    for s in sources:
+        assert 1 <= len(s["highlights"]) <= 3 and s["chunks"] and s["url"].startswith("/v1/documents/")
+        assert client.get(s["url"]).json()["doc_id"] == s["doc_id"]
 
 
 @pytest.mark.parametrize("filters,check", [
@@ -125,7 +128,7 @@ def test_top_k_larger_than_the_collection(client, sample_service):
     r = client.post("/v1/ask", json={"question": "pool", "top_k": 100, "max_new_tokens": 0})
     assert r.status_code == 200, r.text
     sources = r.json()["sources"]
-    assert 0 < len(sources) <= sample_service.store.count_chunks() < 100
+    assert 0 < len(sources) <= sample_service.store.count_documents() < 100
     assert [s["n"] for s in sources] == list(range(1, len(sources) + 1))
 
 
@@ -135,11 +138,15 @@ def test_sse_wire_format(client, sse_events):
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = list(sse_events(r.iter_lines()))
     kinds = [e for e, _ in events]
-    assert kinds[-1] == "done" and set(kinds[:-1]) <= {"delta"}
+    assert kinds[0] == "sources" and kinds[-1] == "done" and set(kinds[1:-1]) <= {"delta"}
     done = events[-1][1]
     assert done["sources"][0]["doc_id"].endswith("#OPS-107")
+    assert [s["doc_id"] for s in events[0][1]["sources"]] == [s["doc_id"] for s in done["sources"]]
+    assert done["answer"] == "".join(d["text"] for e, d in events if e == "delta")
+    assert all(1 <= n <= len(done["sources"]) for n in done["cited"])
     stats = done["stats"]
-    assert stats["new_tokens"] <= 6 and stats["finish_reason"] in ("eos", "length") and "queue_ms" in stats
+    assert stats["new_tokens"] <= 6 and stats["finish_reason"] in ("eos", "length", "repetition")
+    assert "queue_ms" in stats
     assert "retrieval_ms" in stats and "ttft_ms" in stats
 
 

@@ -27,9 +27,14 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
               worker: GenerationWorker = Depends(get_worker), metrics: Metrics = Depends(get_metrics)):
     """Answer a question from the logbooks and tickets, citing passages as [n].
 
-    With ``"stream": true`` the response is ``text/event-stream``: ``delta`` events
-    (``{"text": ...}``), then one ``done`` event with ``sources`` and ``stats`` (or an
-    ``error`` event with ``detail`` if generation failed). Errors: 413 question over the
+    Sources are documents (one entry each, matched chunks under it) with evidence lines
+    (``highlights``); a ``[n]`` the model wrote that names no source is removed
+    (``stats.invalid_citations``); ``cited`` lists the sources the answer cites.
+
+    With ``"stream": true`` the response is ``text/event-stream``: one ``sources`` event
+    (``{"sources": [...]}``, before the answer starts), ``delta`` events (``{"text": ...}``;
+    they add up to the final answer), then one ``done`` event with ``answer``, ``sources``,
+    ``cited`` and ``stats`` (or an ``error`` event with ``detail`` if generation failed). Errors: 413 question over the
     prompt budget, 422 invalid request, 503 queue full (with Retry-After) or no model.
     """
     started = time.perf_counter()
@@ -43,10 +48,14 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
                            flt=body.filters.to_search_filter() if body.filters else None,
                            history=[ChatTurn(m.role, m.content) for m in body.history])
     prepared = await run.prepared(request)
-    sources = [SourceOut.from_passage(p) for p in prepared.prompt.passages]
+    sources = prepared.prompt.sources
+
+    def sources_out(cited: list[int]) -> list[dict]:
+        return [SourceOut.from_source(s, cited).model_dump() for s in sources]
 
     if body.stream:
         async def sse():
+            yield {"event": "sources", "data": json.dumps({"sources": sources_out([])})}
             try:
                 async for delta in run.deltas(request, check_disconnect=False):
                     yield {"event": "delta", "data": json.dumps({"text": delta})}
@@ -54,10 +63,11 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
                 yield {"event": "error", "data": json.dumps({"detail": str(exc)})}
                 return
             outcome = run.outcome()
-            yield {"event": "done", "data": json.dumps({"sources": [s.model_dump() for s in sources],
-                                                        "stats": outcome.stats})}
+            yield {"event": "done", "data": json.dumps({"answer": outcome.text, "sources": sources_out(outcome.cited),
+                                                        "cited": outcome.cited, "stats": outcome.stats})}
 
         return EventSourceResponse(sse())
 
     outcome = await run.complete(request)
-    return AskResponse(answer=outcome.text, sources=sources, stats=outcome.stats)
+    return AskResponse(answer=outcome.text, sources=sources_out(outcome.cited), cited=outcome.cited,
+                       stats=outcome.stats)

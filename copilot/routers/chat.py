@@ -37,8 +37,13 @@ def served_models(settings: Settings) -> list[str]:
 
 
 def _finish_reason(reason: str) -> str:
-    """Engine reasons → OpenAI's: the budget is ``length``, everything else ``stop``."""
+    """Engine reasons → OpenAI's: the budget is ``length``, everything else ``stop`` (the
+    engine's own reason, e.g. ``repetition``, is in ``stats.finish_reason``)."""
     return "length" if reason == "length" else "stop"
+
+
+def _sources(sources: list, outcome: generation.Outcome) -> list[SourceOut]:
+    return [SourceOut.from_source(s, outcome.cited) for s in sources]
 
 
 @router.get("/models", response_model=ModelList, responses=ERRORS, dependencies=[Depends(ask_auth)])
@@ -76,7 +81,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            top_k=body.top_k, config=config, history=history,
                            flt=body.filters.to_search_filter() if body.filters else None)
     prepared = await run.prepared(request)
-    sources = [SourceOut.from_passage(p) for p in prepared.prompt.passages]
+    sources = prepared.prompt.sources
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
 
@@ -105,7 +110,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                 return
             outcome = run.outcome()
             yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=_finish_reason(outcome.finish_reason))],
-                                 sources=sources, stats=outcome.stats)}
+                                 sources=_sources(sources, outcome), stats=outcome.stats)}
             if include_usage:
                 yield {"data": chunk(choices=[], usage=_usage(outcome))}
             yield {"data": "[DONE]"}
@@ -116,7 +121,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     return ChatCompletion(id=completion_id, created=created, model=body.model,
                           choices=[Choice(message=AssistantMessage(content=outcome.text),
                                           finish_reason=_finish_reason(outcome.finish_reason))],
-                          usage=_usage(outcome), sources=sources, stats=outcome.stats)
+                          usage=_usage(outcome), sources=_sources(sources, outcome), stats=outcome.stats)
 
 
 def _usage(outcome: generation.Outcome) -> Usage:

@@ -1,0 +1,30 @@
+"""``POST /v1/search``: the best documents for a question, with evidence lines, no model call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, Depends, HTTPException, status
+
+from copilot.dependencies import ask_auth, get_service
+from copilot.schemas import ErrorResponse, SearchRequest, SearchResponse, SourceOut
+from copilot.service import CopilotService
+
+router = APIRouter(prefix="/v1", tags=["search"])
+
+
+@router.post("/search", response_model=SearchResponse, dependencies=[Depends(ask_auth)],
+             responses={code: {"model": ErrorResponse} for code in (401, 403, 422)})
+async def search(body: SearchRequest, service: CopilotService = Depends(get_service)) -> SearchResponse:
+    """Retrieval only: the ``top_k`` best documents (hybrid dense + BM25, one entry per
+    document) with the lines that best answer the question. Same filters and auth as
+    ``/v1/ask``; it does not wait for the generation queue. Errors: 422 invalid request."""
+    t0 = time.perf_counter()
+    flt = body.filters.to_search_filter() if body.filters else None
+    try:
+        sources = await asyncio.to_thread(service.search, body.question, body.top_k, flt)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    return SearchResponse(sources=[SourceOut.from_source(s) for s in sources],
+                          retrieval_ms=round((time.perf_counter() - t0) * 1000, 2))
