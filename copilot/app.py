@@ -14,7 +14,7 @@ from copilot.config import Settings, get_settings
 from copilot.ingest_jobs import IngestJobManager
 from copilot.limits import BodyLimitMiddleware
 from copilot.metrics import Metrics, MetricsMiddleware
-from copilot.routers import ask, chat, documents, health, ingest, metrics
+from copilot.routers import ask, chat, documents, health, ingest, metrics, search, ui
 from copilot.service import CopilotService
 from copilot.worker import GenerationWorker
 
@@ -28,7 +28,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         settings: defaults to :func:`get_settings` (environment and config file).
         service: an already-built service (tests share one across apps); it is not closed
             at shutdown.
-    Routes: ``/v1/ask``, ``/v1/chat/completions``, ``/v1/models``, ``/v1/ingest``,
+    Routes: ``/`` (the page), ``/v1/ask``, ``/v1/search``, ``/v1/chat/completions``, ``/v1/models``, ``/v1/ingest``,
     ``/v1/documents``, ``/healthz``, ``/readyz``, ``/metrics`` (see ``/docs``).
     """
     settings = settings or get_settings()
@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
                        max_upload_bytes=settings.max_upload_bytes, upload_paths=("/v1/ingest",))
     app.add_middleware(MetricsMiddleware, metrics=app_metrics)  # outermost: 413s are counted too
-    for router in (health.router, metrics.router, ask.router, chat.router, ingest.router, documents.router):
+    for router in (health.router, metrics.router, ask.router, search.router, chat.router, ingest.router, documents.router,
+                   ui.router):
         app.include_router(router)
     return app

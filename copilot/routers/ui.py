@@ -1,0 +1,35 @@
+"""``GET /``: a small page to ask questions from (plain HTML, one script, one stylesheet).
+
+Everything the page needs is served by the app from ``copilot/static`` (no build step, no
+CDN). The page talks to ``POST /v1/ask`` with ``"stream": true`` and renders every field
+with ``textContent``; a strict Content-Security-Policy (scripts, styles and connections
+from this origin only) backs that up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+
+#: Headers for the page itself: no inline script or style, no framing, nothing from elsewhere.
+PAGE_HEADERS = {
+    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                                "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+router = APIRouter(tags=["ui"])
+router.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> FileResponse:
+    """The question page."""
+    return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
