@@ -1,4 +1,4 @@
-"""The ``questions.jsonl`` format: ``{"id", "question", "answer_span", "source"}`` per line."""
+"""The ``questions.jsonl`` format: ``{"id", "question", "answer_span", "source", "copy"?}`` per line."""
 
 from __future__ import annotations
 
@@ -19,12 +19,15 @@ class Question:
         question: what the operator asks.
         answer_span: an exact substring of the source a right answer must quote.
         source: the expected document id ``path#KEY``, or ``path`` for any document of that file.
+        copy: the question asks for a literal (command, error string, path, value) that a
+            right answer quotes; false for why / what-happened questions (default true).
     """
 
     id: str
     question: str
     answer_span: str
     source: str
+    copy: bool = True
 
     def matches(self, doc_id: str) -> bool:
         """Whether a retrieved document id is the expected source."""
@@ -43,7 +46,8 @@ def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[Question]:
             continue
         try:
             row = json.loads(line)
-            out.append(Question(str(row["id"]), row["question"], row.get("answer_span", ""), row.get("source", "")))
+            out.append(Question(str(row["id"]), row["question"], row.get("answer_span", ""), row.get("source", ""),
+                                bool(row.get("copy", True))))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}:{lineno}: not a question record ({exc})") from exc
     return out

@@ -1,0 +1,162 @@
+"""Answers eval: what the operator reads, per question, through the real service path.
+
+For each question: retrieval → sources with evidence lines → prompt → speculative
+decoding (loop stop and citation check as the service runs them). Measured per answer:
+the rank of the expected document among the returned sources, whether the expected span
+is quoted in the answer and shown in the evidence lines, whether the answer loops (a line
+or a 6-word phrase repeated 3+ times: the reader's view, independent of the loop stop),
+citations that named no source (removed) or still name none, duplicate documents among
+the sources, finish reason, tokens and wall time.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import statistics
+import time
+from collections import Counter
+
+from copilot.citations import cited_numbers
+from copilot.prompting import PROMPT_STYLES
+from copilot.service import CopilotService
+from evals.questions import Question
+
+log = logging.getLogger(__name__)
+
+_WORDS = re.compile(r"\S+")
+
+
+def text_loops(text: str, phrase_words: int = 6, times: int = 3) -> bool:
+    """A line, or a phrase of ``phrase_words`` words, occurs ``times`` times or more."""
+    lines = Counter(" ".join(line.split()) for line in text.splitlines() if len(line.split()) >= 2)
+    if any(c >= times for c in lines.values()):
+        return True
+    words = _WORDS.findall(text.lower())
+    shingles = Counter(tuple(words[i:i + phrase_words]) for i in range(len(words) - phrase_words + 1))
+    return any(c >= times for c in shingles.values())
+
+
+def evaluate_question(service: CopilotService, q: Question, max_new_tokens: int, loop_span: int) -> dict:
+    """Ask one question through the service; the per-question row of the report."""
+    t0 = time.perf_counter()
+    config = service.generation_config(max_new_tokens, loop_span=loop_span)
+    prepared = service.prepare(q.question, config=config)
+    answer = service.answer(prepared)
+    wall_ms = (time.perf_counter() - t0) * 1000
+    sources = answer.sources
+    doc_ids = [s.doc_id for s in sources]
+    rank = next((i + 1 for i, d in enumerate(doc_ids) if q.matches(d)), None)
+    span = q.answer_span
+    highlights = [h for s in sources for h in s.highlights]
+    expected_highlights = [h for s in sources if q.matches(s.doc_id) for h in s.highlights]
+    stats = answer.stats
+    return {
+        "id": q.id, "question": q.question, "copy": q.copy, "expected": q.source, "rank": rank,
+        "span_in_answer": bool(span) and span in answer.text,
+        "span_in_highlights": bool(span) and any(span in h for h in highlights),
+        "span_in_expected_highlights": bool(span) and any(span in h for h in expected_highlights),
+        "loops": text_loops(answer.text),
+        "citations_removed": answer.invalid_citations,
+        "citations_naming_nothing": [n for n in cited_numbers(answer.text) if not 1 <= n <= len(sources)],
+        "duplicate_documents": len(doc_ids) - len(set(doc_ids)),
+        "cited": answer.cited,
+        "finish_reason": answer.finish_reason,
+        "new_tokens": stats.get("new_tokens", 0),
+        "loop_cut_tokens": stats.get("loop_cut_tokens", 0),
+        "prompt_tokens": len(prepared.prompt.input_ids),
+        "retrieval_ms": round(prepared.retrieval_ms, 1),
+        "ttft_ms": stats.get("ttft_ms"),
+        "wall_ms": round(wall_ms, 1),
+        "tau": stats.get("tau"),
+        "answer": answer.text,
+    }
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Counts and medians over the per-question rows."""
+    copy = [r for r in rows if r["copy"]]
+
+    def count(key: str, among: list[dict] = rows) -> int:
+        return sum(1 for r in among if r[key])
+
+    return {
+        "questions": len(rows),
+        "copy_questions": len(copy),
+        "looping_answers": count("loops"),
+        "at_budget": sum(1 for r in rows if r["finish_reason"] == "length"),
+        "loop_stopped": sum(1 for r in rows if r["finish_reason"] == "repetition"),
+        "answers_with_citations_removed": count("citations_removed"),
+        "citations_naming_nothing": sum(len(r["citations_naming_nothing"]) for r in rows),
+        "responses_with_duplicate_documents": count("duplicate_documents"),
+        "answers_citing_a_source": count("cited"),
+        "expected_doc_in_sources": sum(1 for r in rows if r["rank"] is not None),
+        "expected_doc_first": sum(1 for r in rows if r["rank"] == 1),
+        "cited_expected_doc": sum(1 for r in rows if r["rank"] is not None and r["rank"] in r["cited"]),
+        "copy_span_in_answer": count("span_in_answer", copy),
+        "copy_span_in_highlights": count("span_in_highlights", copy),
+        "copy_span_in_expected_highlights": count("span_in_expected_highlights", copy),
+        "median_wall_ms": round(statistics.median(r["wall_ms"] for r in rows), 1) if rows else None,
+        "median_new_tokens": statistics.median(r["new_tokens"] for r in rows) if rows else None,
+        "median_prompt_tokens": statistics.median(r["prompt_tokens"] for r in rows) if rows else None,
+        "median_retrieval_ms": round(statistics.median(r["retrieval_ms"] for r in rows), 1) if rows else None,
+        "finish_reasons": dict(Counter(r["finish_reason"] for r in rows)),
+    }
+
+
+def run_answers(service: CopilotService, questions: list[Question], max_new_tokens: int, loop_span: int,
+                style: str | None = None) -> dict:
+    """Answer every question; ``style`` names a :data:`copilot.prompting.PROMPT_STYLES` entry.
+
+    Returns:
+        JSON-able dict: ``summary``, ``rows``, ``prompt_style``, ``max_new_tokens``, ``loop_span``.
+
+    Raises:
+        KeyError: unknown ``style``.
+    """
+    if style is not None:
+        service.style = PROMPT_STYLES[style]
+    name = next(k for k, v in PROMPT_STYLES.items() if v == service.style)
+    rows = []
+    for q in questions:
+        rows.append(evaluate_question(service, q, max_new_tokens, loop_span))
+        log.info("%s: %s, %d tokens, %.0f ms", q.id, rows[-1]["finish_reason"], rows[-1]["new_tokens"],
+                 rows[-1]["wall_ms"])
+    return {"prompt_style": name, "max_new_tokens": max_new_tokens, "loop_span": loop_span,
+            "summary": summarize(rows), "rows": rows}
+
+
+def answers_markdown(report: dict) -> str:
+    """The summary table and one row per question."""
+    s = report["summary"]
+    n, c = s["questions"], s["copy_questions"]
+    lines = [
+        f"# Answers eval — prompt style `{report['prompt_style']}`, max_new_tokens {report['max_new_tokens']}, "
+        f"loop span {report['loop_span'] or 'off'}",
+        "",
+        "| what the user reads | measured |",
+        "|---|---|",
+        f"| answers that loop (a line or a 6-word phrase 3+ times) | {s['looping_answers']} / {n} |",
+        f"| answers that run to the budget | {s['at_budget']} / {n} |",
+        f"| answers ended by the loop stop | {s['loop_stopped']} / {n} |",
+        f"| citations naming no source, left in answers | {s['citations_naming_nothing']} |",
+        f"| answers whose invalid citations were removed | {s['answers_with_citations_removed']} / {n} |",
+        f"| responses listing a document twice | {s['responses_with_duplicate_documents']} / {n} |",
+        f"| expected document among the sources (first) | {s['expected_doc_in_sources']} ({s['expected_doc_first']}) / {n} |",
+        f"| answers citing the expected document | {s['cited_expected_doc']} / {n} |",
+        f"| copy questions: span quoted in the answer | {s['copy_span_in_answer']} / {c} |",
+        f"| copy questions: span in the evidence lines (any source / expected) | "
+        f"{s['copy_span_in_highlights']} / {s['copy_span_in_expected_highlights']} of {c} |",
+        f"| median wall time per answer (ms) | {s['median_wall_ms']} |",
+        f"| median new tokens / prompt tokens | {s['median_new_tokens']} / {s['median_prompt_tokens']} |",
+        f"| median retrieval + prompt building (ms) | {s['median_retrieval_ms']} |",
+        f"| finish reasons | {', '.join(f'{k} {v}' for k, v in sorted(s['finish_reasons'].items()))} |",
+        "",
+        "| id | rank | span in answer | span in highlights | loops | removed [n] | finish | tokens | wall ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        lines.append(f"| {r['id']} | {r['rank'] or '-'} | {'yes' if r['span_in_answer'] else 'no'} | "
+                     f"{'yes' if r['span_in_highlights'] else 'no'} | {'yes' if r['loops'] else 'no'} | "
+                     f"{r['citations_removed'] or ''} | {r['finish_reason']} | {r['new_tokens']} | {r['wall_ms']} |")
+    return "\n".join(lines) + "\n"
