@@ -46,7 +46,8 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's)")
     loop_stop: bool = Field(True, description="end an answer that starts repeating itself (finish_reason "
                             "'repetition'), cut before the repeats")
-    loop_span: int = Field(12, ge=4, le=256, description="loop stop: the last N tokens occurred twice before")
+    loop_span: int = Field(20, ge=4, le=256, description="loop stop: the last N tokens occurred twice before "
+                           "(20: no false stop on the 112 documents of both corpora but one)")
 
     # retrieval and prompting
     top_k: int = Field(5, ge=1, le=100)

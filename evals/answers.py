@@ -160,3 +160,17 @@ def answers_markdown(report: dict) -> str:
                      f"{'yes' if r['span_in_highlights'] else 'no'} | {'yes' if r['loops'] else 'no'} | "
                      f"{r['citations_removed'] or ''} | {r['finish_reason']} | {r['new_tokens']} | {r['wall_ms']} |")
     return "\n".join(lines) + "\n"
+
+
+def compare_markdown(reports: list[dict]) -> str:
+    """One row per prompt style (runs over the same questions, one after another)."""
+    lines = [f"# Prompt styles compared — {reports[0]['summary']['questions']} questions, max_new_tokens "
+             f"{reports[0]['max_new_tokens']}, loop span {reports[0]['loop_span'] or 'off'}", "",
+             "| style | span in answer (copy) | cites expected doc | loops | at budget | median new tokens | "
+             "median prompt tokens | median wall ms |", "|---|---|---|---|---|---|---|---|"]
+    for r in reports:
+        s = r["summary"]
+        lines.append(f"| {r['prompt_style']} | {s['copy_span_in_answer']}/{s['copy_questions']} | "
+                     f"{s['cited_expected_doc']}/{s['questions']} | {s['looping_answers']} | {s['at_budget']} | "
+                     f"{s['median_new_tokens']} | {s['median_prompt_tokens']} | {s['median_wall_ms']} |")
+    return "\n".join(lines) + "\n"

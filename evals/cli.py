@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 QUICK_QUESTIONS = {"exactness": 4, "latency": 3}
 QUICK_TOKENS = 48
+QUICK_ANSWERS = 10
 FULL_TOKENS = {"exactness": 64, "latency": 64}
 
 _questions_opt = typer.Option(DEFAULT_QUESTIONS, "--questions", help="questions.jsonl file")
@@ -27,6 +28,9 @@ _corpus_opt = typer.Option(DEFAULT_CORPUS, "--corpus", help="folder to ingest in
 _data_dir_opt = typer.Option(None, "--data-dir", help="reuse this existing store instead of ingesting --corpus")
 _json_opt = typer.Option(None, "--json", help="write the JSON report here")
 _report_opt = typer.Option(None, "--report", help="write Markdown, JSON (and plots) into this folder")
+_loop_span_opt = typer.Option(
+    None, "--loop-span", min=0, help="loop stop span in tokens, 0 = off (default: as the service runs it, "
+    "COPILOT_LOOP_SPAN when COPILOT_LOOP_STOP is on)")
 
 
 def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path], name: str) -> None:
@@ -41,6 +45,13 @@ def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path
         report.mkdir(parents=True, exist_ok=True)
         (report / f"{name}.md").write_text(md)
         write_json(result, report / f"{name}.json")
+
+
+def _loop_span(settings, option: Optional[int]) -> int:
+    """``--loop-span`` if given, else the service's: ``loop_span`` when ``loop_stop`` is on, else 0."""
+    if option is not None:
+        return option
+    return settings.loop_span if settings.loop_stop else 0
 
 
 def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path], quick: bool,
@@ -64,15 +75,18 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
                   None, min=1, help=f"default {FULL_TOKENS['exactness']} ({QUICK_TOKENS} quick)"),
               draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
               allow_near_ties: Optional[float] = typer.Option(
-                  None, help="pass divergences whose reference top-1/top-2 logit margin is <= this")) -> None:
-    """Every decoding mode vs plain greedy generate(); non-zero exit on a divergence."""
+                  None, help="pass divergences whose reference top-1/top-2 logit margin is <= this"),
+              loop_span: Optional[int] = _loop_span_opt) -> None:
+    """Every decoding mode vs plain greedy generate() cut by the same stops (EOS, budget, loop
+    stop); non-zero exit on a divergence."""
     from evals.exactness import failing_divergences, run_exactness
     from evals.harness import hardware_summary
     from evals.report import exactness_markdown
 
     setup, cases, n_tokens = _prepare("exactness", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
     try:
-        result = run_exactness(setup.engine, cases, n_tokens)
+        span = _loop_span(setup.settings, loop_span)
+        result = run_exactness(setup.engine, cases, n_tokens, loop_span=span)
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens)
     finally:
         setup.close()
@@ -92,8 +106,10 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
             repeats: int = typer.Option(1, min=1, help="timed runs per question and mode"),
             modes: Optional[str] = typer.Option(
                 None, help="comma-separated modes (default: the anchors and our policy; add ours_off, ours_ngram)"),
-            draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL")) -> None:
-    """Speedup, τ, α, TTFT, ITL of our modes vs transformers greedy, prompt lookup and assisted generation."""
+            draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
+            loop_span: Optional[int] = _loop_span_opt) -> None:
+    """Speedup, τ, α, TTFT, ITL of our modes vs transformers greedy, prompt lookup and assisted generation
+    (every mode with the loop stop)."""
     from evals.harness import hardware_summary
     from evals.latency import run_latency
     from evals.report import latency_markdown, latency_plots
@@ -114,7 +130,8 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
                                  "COPILOT_DRAFT_MODEL", param_hint="--modes")
     setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
     try:
-        result = run_latency(setup.engine, cases, n_tokens, repeats, mode_list)
+        result = run_latency(setup.engine, cases, n_tokens, repeats, mode_list,
+                             loop_span=_loop_span(setup.settings, loop_span))
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens, repeats=repeats)
     finally:
         setup.close()
@@ -138,3 +155,68 @@ def retrieval(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
     finally:
         setup.close()
     _emit(retrieval_markdown(result), result, json_out, report, "retrieval")
+
+
+@eval_app.command("answers")
+def answers(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+            quick: bool = typer.Option(False, help=f"{QUICK_ANSWERS} questions"),
+            json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
+            max_new_tokens: Optional[int] = typer.Option(None, min=1, help="default: COPILOT_MAX_NEW_TOKENS"),
+            prompt_style: Optional[str] = typer.Option(
+                None, help="named prompt style(s), comma-separated to compare them (default: the service's)"),
+            loop_span: Optional[int] = _loop_span_opt) -> None:
+    """What the operator reads, per question: expected document's rank, span in the answer and
+    in the evidence lines, loops, citations naming no source, duplicates, finish reason, time."""
+    from copilot.prompting import PROMPT_STYLES
+    from evals.answers import answers_markdown, compare_markdown, run_answers
+    from evals.harness import build_setup, hardware_summary
+
+    styles = [s.strip() for s in prompt_style.split(",") if s.strip()] if prompt_style else [None]
+    unknown = [s for s in styles if s is not None and s not in PROMPT_STYLES]
+    if unknown or not styles:
+        raise typer.BadParameter(f"unknown prompt style(s) {unknown}; known: {', '.join(PROMPT_STYLES)}",
+                                 param_hint="--prompt-style")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    qs = load_questions(questions)
+    if quick:
+        qs = quick_subset(qs, QUICK_ANSWERS)
+    setup = build_setup(None if data_dir else corpus, data_dir)
+    try:
+        n_tokens = max_new_tokens or setup.settings.max_new_tokens
+        span = _loop_span(setup.settings, loop_span)
+        results = [run_answers(setup.service, qs, n_tokens, span, style) for style in styles]
+        for r in results:
+            r.update(hardware=hardware_summary(setup), questions_file=str(questions))
+    finally:
+        setup.close()
+    if len(results) == 1:
+        _emit(answers_markdown(results[0]), results[0], json_out, report, "answers")
+    else:
+        _emit(compare_markdown(results), {"styles": results}, json_out, report, "answers-styles")
+
+
+@eval_app.command("loops")
+def loops(corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+          spans: str = typer.Option("8,12,16,20,24", help="loop-stop spans L to try (tokens), comma-separated"),
+          json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
+    """False stops of the loop stop: how many stored documents (real text that does not loop)
+    it would cut, per span L."""
+    from decoding.models import load_model
+    from evals.harness import build_setup
+    from evals.loops import loops_markdown, run_loop_false_stops
+
+    try:
+        span_list = sorted({int(s) for s in spans.split(",") if s.strip()})
+    except ValueError as exc:
+        raise typer.BadParameter(f"spans must be integers: {exc}", param_hint="--spans") from exc
+    if not span_list or min(span_list) < 1:
+        raise typer.BadParameter("give at least one span >= 1", param_hint="--spans")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    setup = build_setup(None if data_dir else corpus, data_dir, load_models=False)
+    try:
+        tokenizer = load_model(setup.settings.target_model, device="cpu", dtype="float32",
+                               cache_dir=setup.settings.model_cache_dir).tokenizer
+        result = run_loop_false_stops(setup.service.store, tokenizer, span_list)
+    finally:
+        setup.close()
+    _emit(loops_markdown(result), result, json_out, report, "loops")

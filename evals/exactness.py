@@ -1,19 +1,30 @@
 """Exactness eval: every decoding mode against plain greedy ``generate(do_sample=False)``.
 
+The contract checked (DESIGN.md, "The exactness contract"): a mode's ids equal plain
+greedy's ids cut by the same stops at one commit boundary — EOS, ``max_new_tokens`` and,
+when on, the loop stop (:class:`decoding.stopping.LoopDetector`): the reference is
+transformers' plain greedy output run through :func:`decoding.stopping.apply_stops` with a
+fresh :class:`~decoding.stopping.StopChecker` of the same settings, and the finish reason
+must match too.
+
 For each divergence it reports the question, the mode, the position and the target's
 top-1/top-2 logit margin at that position in the reference, so a numerical near-tie
-(tiny margin, e.g. bf16) is told apart from a bug (large margin).
+(tiny margin, e.g. bf16) is told apart from a bug (large margin). A divergence where no
+token differs but the output ends elsewhere or for another reason is a ``"stop"``
+divergence (no margin: always a bug).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 import torch
 
 from decoding import GenerationConfig, SpeculativeEngine
+from decoding.stopping import StopChecker, apply_stops
 from evals.harness import Case, plain_greedy_kwargs
 
 log = logging.getLogger(__name__)
@@ -21,7 +32,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Divergence:
-    """First position where a mode's ids differ from the reference."""
+    """First position where a mode's output departs from the reference.
+
+    ``kind`` is ``"token"`` (a different id at ``position``; ``margin`` is the reference's
+    top-1 minus top-2 logit there) or ``"stop"`` (the same ids, but the output ends at
+    another position or with another finish reason; ``margin`` is None).
+    """
 
     question_id: str
     question: str
@@ -30,11 +46,38 @@ class Divergence:
     reference_token: int | None
     got_token: int | None
     margin: float | None  # reference top-1 minus top-2 logit at that position
+    kind: str = "token"
+    reference_finish: str | None = None
+    got_finish: str | None = None
+
+
+@dataclass
+class Reference:
+    """Plain greedy for one prompt: ``generate()``'s ids (``raw``), what the stops keep
+    (``token_ids``, ``finish_reason``) and how many raw ids the stops read before ending
+    (``decided``: past the loop stop's cut, up to the token that completed the loop)."""
+
+    raw: list[int]
+    token_ids: list[int]
+    finish_reason: str
+    decided: int
 
 
 def modes_for(engine: SpeculativeEngine) -> list[str]:
     """Our modes: speculation off, n-gram only, draft model only (when loaded), the policy."""
     return ["off", "ngram"] + (["draft_model"] if engine.draft is not None else []) + ["auto"]
+
+
+def budget_for(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int) -> int:
+    """The engine's budget: ``max_new_tokens`` clipped to the context window."""
+    return min(max_new_tokens, engine.target.max_positions - len(prompt_ids))
+
+
+def stop_checker(engine: SpeculativeEngine, budget: int, loop_span: int) -> StopChecker:
+    """A fresh checker with the stop settings the eval decodes with (the engine's EOS ids,
+    no stop strings, ``budget``, ``loop_span``)."""
+    target = engine.target
+    return StopChecker(target.tokenizer, frozenset(target.eos_token_ids()), (), budget, loop_span)
 
 
 @torch.inference_mode()
@@ -43,6 +86,15 @@ def reference_greedy(engine: SpeculativeEngine, prompt_ids: list[int], max_new_t
     x = torch.tensor([prompt_ids], device=engine.target.device)
     out = engine.target.model.generate(x, **plain_greedy_kwargs(engine, x, max_new_tokens))
     return out[0, len(prompt_ids):].tolist()
+
+
+def reference(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int, loop_span: int = 0) -> Reference:
+    """Plain greedy ``generate()`` through :func:`apply_stops`: what every mode must emit."""
+    budget = budget_for(engine, prompt_ids, max_new_tokens)
+    raw = reference_greedy(engine, prompt_ids, budget) if budget > 0 else []
+    checker = stop_checker(engine, budget, loop_span)
+    ids, reason = apply_stops(raw, checker)
+    return Reference(raw, ids, reason or "length", checker.generated)
 
 
 @torch.inference_mode()
@@ -62,45 +114,95 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def first_token_mismatch(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where both lists have an id and the ids differ."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def _decode(engine: SpeculativeEngine, case: Case, config: GenerationConfig):
+    """The result and every id the engine committed, in order. After a loop stop the result's
+    ids are a prefix of the committed ones, which show where a cut-away token first differed."""
+    committed: list[int] = []
+    result = None
+    for ev in engine.stream(case.prompt_ids, config, case.context_ids):
+        committed += ev.token_ids
+        result = ev.result or result
+    return result, committed
+
+
+def compare(engine: SpeculativeEngine, case: Case, mode: str, ref: Reference, got: list[int], got_finish: str,
+            committed: list[int]) -> Divergence | None:
+    """None when ``got`` (and its finish reason) is the reference's; else the divergence.
+
+    A token that differs from plain greedy's before the reference's stop decision is
+    reported first (with its margin), even when a loop stop later cut it away; otherwise it
+    is a stop divergence (the output should have ended, or ended too early).
+    """
+    if got == ref.token_ids and got_finish == ref.finish_reason:
+        return None
+    q = case.question
+    pos = first_token_mismatch(ref.raw[:ref.decided], committed)
+    if pos is not None:
+        margin = round(logit_margin(engine, case.prompt_ids + ref.raw[:pos]), 6)
+        return Divergence(q.id, q.question, mode, pos, ref.raw[pos], committed[pos], margin, "token",
+                          ref.finish_reason, got_finish)
+    pos = first_difference(ref.token_ids, got)
+    pos = min(len(got), len(ref.token_ids)) if pos is None else pos
+    return Divergence(q.id, q.question, mode, pos, ref.token_ids[pos] if pos < len(ref.token_ids) else None,
+                      got[pos] if pos < len(got) else None, None, "stop", ref.finish_reason, got_finish)
+
+
 def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: int,
-                  modes: list[str] | None = None) -> dict:
+                  modes: list[str] | None = None, loop_span: int = 0) -> dict:
     """Decode every case in every mode and compare with the reference.
 
+    Args:
+        loop_span: the loop stop's span for every mode and the reference (0 = no loop stop).
+
     Returns:
-        JSON-able dict with top-level keys ``cases``, ``modes``, ``exact`` (per mode: number
-        of identical answers), ``divergences`` (list of :class:`Divergence` dicts).
+        JSON-able dict with top-level keys ``cases`` (per case: the reference's length, the
+        ids greedy generates until the stops end it, its finish reason, and per mode the
+        outcome), ``modes``, ``loop_span``, ``reference_finish`` ({finish reason: cases}),
+        ``exact`` (per mode: number of identical answers), ``loop_stopped`` (per mode:
+        answers ending with ``"repetition"``), ``divergences`` (list of :class:`Divergence`
+        dicts).
     """
     modes = modes or modes_for(engine)
     exact = {m: 0 for m in modes}
+    loop_stopped = {m: 0 for m in modes}
     divergences: list[Divergence] = []
+    reference_finish: Counter[str] = Counter()
     rows = []
     for case in cases:
         t0 = time.perf_counter()
-        ref = reference_greedy(engine, case.prompt_ids, max_new_tokens)
+        ref = reference(engine, case.prompt_ids, max_new_tokens, loop_span)
+        reference_finish[ref.finish_reason] += 1
         row = {"id": case.question.id, "question": case.question.question, "prompt_tokens": len(case.prompt_ids),
-               "reference_tokens": len(ref), "modes": {}}
+               "reference_tokens": len(ref.token_ids), "reference_generated": ref.decided,
+               "reference_finish": ref.finish_reason, "modes": {}}
         for mode in modes:
-            result = engine.generate(case.prompt_ids, GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode),
-                                     case.context_ids)
-            pos = first_difference(ref, result.token_ids)
-            row["modes"][mode] = {"exact": pos is None, "new_tokens": len(result.token_ids),
-                                  "tau": round(result.stats.tau, 3)}
-            if pos is None:
+            config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span)
+            result, committed = _decode(engine, case, config)
+            div = compare(engine, case, mode, ref, result.token_ids, result.finish_reason, committed)
+            row["modes"][mode] = {"exact": div is None, "new_tokens": len(result.token_ids),
+                                  "finish_reason": result.finish_reason, "tau": round(result.stats.tau, 3)}
+            loop_stopped[mode] += result.finish_reason == "repetition"
+            if div is None:
                 exact[mode] += 1
                 continue
-            ref_tok = ref[pos] if pos < len(ref) else None
-            got_tok = result.token_ids[pos] if pos < len(result.token_ids) else None
-            margin = logit_margin(engine, case.prompt_ids + ref[:pos])
-            divergences.append(Divergence(case.question.id, case.question.question, mode, pos, ref_tok, got_tok,
-                                          round(margin, 6)))
-            log.warning("divergence: %s mode=%s pos=%d margin=%.4g", case.question.id, mode, pos, margin)
+            row["modes"][mode]["divergence_at"] = div.position
+            divergences.append(div)
+            log.warning("divergence (%s): %s mode=%s pos=%d margin=%s", div.kind, case.question.id, mode,
+                        div.position, div.margin)
         rows.append(row)
         log.info("%s done in %.1f s", case.question.id, time.perf_counter() - t0)
-    return {"cases": rows, "modes": modes, "exact": exact, "divergences": [asdict(d) for d in divergences]}
+    return {"cases": rows, "modes": modes, "loop_span": loop_span, "reference_finish": dict(reference_finish),
+            "exact": exact, "loop_stopped": loop_stopped, "divergences": [asdict(d) for d in divergences]}
 
 
 def failing_divergences(report: dict, allow_near_ties: float | None) -> list[dict]:
-    """Divergences that fail the run: all of them, or those with margin > the allowance."""
+    """Divergences that fail the run: all of them, or those with margin > the allowance
+    (stop divergences have no margin: they always fail)."""
     if allow_near_ties is None:
         return list(report["divergences"])
     return [d for d in report["divergences"] if d["margin"] is None or d["margin"] > allow_near_ties]

@@ -4,6 +4,11 @@ Every question runs every mode once per repeat, interleaved (A B C … then the 
 question, the order rotated per repeat), after one warm-up pass per mode; we report
 medians. Speedups are per question, against transformers greedy on the same prompt:
 decode phase (time after the first token, per generated token) and end to end.
+
+Every mode runs with the loop stop users get (``loop_span``; 0 = off): ours through
+``GenerationConfig.loop_span``, the transformers anchors through :class:`LoopStop`, the same
+:class:`decoding.stopping.LoopDetector` as a ``StoppingCriteria``. Per-token numbers (speedups,
+tokens/s, τ) count the tokens the user gets, i.e. the output cut before the repeats.
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from decoding import GenerationConfig, SpeculativeEngine
+from decoding.stopping import LoopDetector, apply_stops
+from evals.exactness import budget_for, stop_checker
 from evals.harness import Case, plain_greedy_kwargs
 
 log = logging.getLogger(__name__)
@@ -32,13 +40,17 @@ class Run:
     """One timed generation.
 
     Attributes:
-        tokens: generated ids.
+        tokens: the ids the user gets: generated ids cut by the stops (EOS, budget, loop stop).
         total_ms: wall time including prefill.
         ttft_ms: time to the first generated token.
         itl_ms: per-token inter-token latencies (a block of k tokens counts k × dt/k).
         passes: target forward passes in the decode phase (prefill excluded).
         proposed / accepted: drafted tokens (ours only).
         accepted_by_position / block_sizes: from our stats (plots).
+        finish_reason: ``"eos" | "length" | "repetition"`` (for the anchors: from the stops
+            applied to their ids).
+        generated: ids generated up to the stop decision, including those a loop stop cut
+            away (not the anchors' ids past the token that completed the loop).
     """
 
     tokens: list[int]
@@ -51,6 +63,8 @@ class Run:
     accepted_by_position: list[list[int]] = field(default_factory=list)
     block_sizes: list[int] = field(default_factory=list)
     overhead_ms: float = 0.0
+    finish_reason: str | None = None
+    generated: int = 0
 
     @property
     def decode_ms_per_token(self) -> float:
@@ -72,6 +86,31 @@ class _TimingStreamer(BaseStreamer):
 
     def end(self) -> None:
         pass
+
+
+class LoopStop(StoppingCriteria):
+    """The loop stop for transformers ``generate``: feeds the ids generated after the
+    prompt, one by one, to a :class:`LoopDetector`, and stops generation once it fires.
+
+    With prompt lookup or assisted generation, criteria run once per verified block, so
+    the output may run a few tokens past the token that completed the loop: callers cut it
+    with :func:`decoding.stopping.apply_stops` (as :func:`run_hf` does).
+    """
+
+    def __init__(self, prompt_length: int, span: int) -> None:
+        self.prompt_length = prompt_length
+        self.detector = LoopDetector(span)
+        self.output: list[int] = []
+        self.fired = False
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        if not self.fired:
+            for t in input_ids[0, self.prompt_length + len(self.output):].tolist():
+                self.output.append(t)
+                if self.detector.push(self.output):
+                    self.fired = True
+                    break
+        return torch.full((input_ids.shape[0],), self.fired, dtype=torch.bool, device=input_ids.device)
 
 
 class _PassCounter:
@@ -98,14 +137,18 @@ def _itl(start: float, events: list[tuple[float, int]]) -> list[float]:
 
 
 @torch.inference_mode()
-def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int) -> Run:
-    """transformers ``generate``: greedy, prompt lookup (N = 3/5/10) or assisted."""
+def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int, loop_span: int = 0) -> Run:
+    """transformers ``generate``: greedy, prompt lookup (N = 3/5/10) or assisted, with the
+    loop stop (:class:`LoopStop`) when ``loop_span`` > 0."""
     target = engine.target
     x = torch.tensor([case.prompt_ids], device=target.device)
     lookup = dict(prompt_lookup_num_tokens=int(mode.rsplit("_", 1)[1])) if mode.startswith("hf_pld_") else {}
-    kwargs = plain_greedy_kwargs(engine, x, max_new_tokens, **lookup)
+    budget = budget_for(engine, case.prompt_ids, max_new_tokens)
+    kwargs = plain_greedy_kwargs(engine, x, budget, **lookup)
     if mode == "hf_assisted":
         kwargs["assistant_model"] = engine.draft.model
+    if loop_span > 0:
+        kwargs["stopping_criteria"] = StoppingCriteriaList([LoopStop(len(case.prompt_ids), loop_span)])
     streamer = _TimingStreamer()
     counter = _PassCounter(target.model)
     try:
@@ -114,19 +157,26 @@ def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int
         total = (time.perf_counter() - t0) * 1000
     finally:
         counter.remove()
-    tokens = out[0, len(case.prompt_ids):].tolist()
+    generated = out[0, len(case.prompt_ids):].tolist()
+    # A verified block (prompt lookup, assisted) may run past the token that completed a loop,
+    # and the loop stop cuts back to before the repeats: the user gets ``tokens``, the same
+    # stops applied to the ids (as in the exactness reference), and per-token speeds count
+    # only those. The passes and the time spent on the cut-away ids still count.
+    stops = stop_checker(engine, budget, loop_span)
+    tokens, finish = apply_stops(generated, stops)
     ttft = (streamer.times[0][0] - t0) * 1000 if streamer.times else total
-    return Run(tokens, total, ttft, _itl(t0, streamer.times), max(counter.count - 1, 0))
+    itl = _itl(t0, streamer.times)[:max(len(tokens) - 1, 0)]
+    return Run(tokens, total, ttft, itl, max(counter.count - 1, 0), finish_reason=finish, generated=stops.generated)
 
 
-def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int) -> Run:
-    """Our engine with drafting ``off``/``ngram``/``draft_model``/``auto``."""
+def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int, loop_span: int = 0) -> Run:
+    """Our engine with drafting ``off``/``ngram``/``draft_model``/``auto`` and ``loop_span``."""
     drafting = mode.removeprefix("ours_")
+    config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=drafting, loop_span=loop_span)
     events: list[tuple[float, int]] = []
     t0 = time.perf_counter()
     result = None
-    for ev in engine.stream(case.prompt_ids, GenerationConfig(max_new_tokens=max_new_tokens, drafting=drafting),
-                            case.context_ids):
+    for ev in engine.stream(case.prompt_ids, config, case.context_ids):
         if ev.token_ids:
             events.append((time.perf_counter(), len(ev.token_ids)))
         result = ev.result or result
@@ -134,8 +184,11 @@ def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: i
     s = result.stats
     proposed = sum(d.proposed for d in s.drafters.values())
     accepted = sum(d.accepted for d in s.drafters.values())
-    return Run(result.token_ids, total, s.ttft_ms, _itl(t0, events), s.target_passes, proposed, accepted,
-               s.accepted_by_position, s.block_sizes, s.overhead_ms)
+    # After a loop stop the result's ids are a prefix of the committed ones: ITL covers the kept ids.
+    tokens = result.token_ids
+    return Run(tokens, total, s.ttft_ms, _itl(t0, events)[:max(len(tokens) - 1, 0)], s.target_passes, proposed,
+               accepted, s.accepted_by_position, s.block_sizes, s.overhead_ms, result.finish_reason,
+               len(tokens) + s.loop_cut_tokens)
 
 
 def latency_modes(engine: SpeculativeEngine) -> list[str]:
@@ -158,9 +211,9 @@ def mode_aliases(engine: SpeculativeEngine, modes: list[str]) -> dict[str, str]:
     return {}
 
 
-def _run(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int) -> Run:
-    return run_hf(engine, mode, case, max_new_tokens) if mode.startswith("hf_") else \
-        run_ours(engine, mode, case, max_new_tokens)
+def _run(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int, loop_span: int) -> Run:
+    return run_hf(engine, mode, case, max_new_tokens, loop_span) if mode.startswith("hf_") else \
+        run_ours(engine, mode, case, max_new_tokens, loop_span)
 
 
 def copied_fraction(tokens: list[int], case: Case, n: int = 4) -> float:
@@ -186,15 +239,19 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: int, repeats: int = 1,
-                modes: list[str] | None = None) -> dict:
-    """Interleaved timing of every mode on every case.
+                modes: list[str] | None = None, loop_span: int = 0) -> dict:
+    """Interleaved timing of every mode on every case, each with the loop stop ``loop_span``
+    (0 = off).
 
     Returns:
         JSON-able dict; top-level keys ``speedup`` ({mode: {"median", "min"}}, decode
         phase), ``speedup_e2e``, ``tau``, ``alpha``, ``tokens_per_s``, ``ttft_ms``,
-        ``itl_ms``, ``exact_vs_greedy``, ``overhead_pct``, ``memory``, ``per_question``,
-        ``acceptance_by_position``, ``block_sizes``, ``aliases``, ``policy_states`` (the
-        acceptance per drafting state the engine measured).
+        ``itl_ms``, ``exact_vs_greedy`` (runs whose ids equal hf_greedy's, both cut by the
+        stops), ``loop_stopped`` (runs ending with ``"repetition"``), ``loop_cut_tokens``
+        (ids generated then cut away), ``runs`` (per mode: questions × repeats),
+        ``overhead_pct``, ``memory``, ``per_question``, ``acceptance_by_position``,
+        ``block_sizes``, ``aliases``, ``policy_states`` (the acceptance per drafting state
+        the engine measured), ``loop_span``.
 
     Raises:
         ValueError: an unknown mode name, or a draft-model mode without a draft model.
@@ -208,17 +265,19 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
     if engine.draft is None and any(m in DRAFT_MODEL_MODES for m in modes):
         raise ValueError(f"modes {[m for m in modes if m in DRAFT_MODEL_MODES]} need a draft model; none is loaded")
     for mode in modes:  # warm-up: one short pass each
-        _run(engine, mode, cases[0], min(8, max_new_tokens))
+        _run(engine, mode, cases[0], min(8, max_new_tokens), loop_span)
     runs: dict[str, dict[str, list[Run]]] = {m: {} for m in modes}
     for qi, case in enumerate(cases):
         for rep in range(repeats):
             shift = (qi + rep) % len(modes)
             for mode in modes[shift:] + modes[:shift]:
-                runs[mode].setdefault(case.question.id, []).append(_run(engine, mode, case, max_new_tokens))
+                runs[mode].setdefault(case.question.id, []).append(
+                    _run(engine, mode, case, max_new_tokens, loop_span))
         log.info("%s timed (%d/%d)", case.question.id, qi + 1, len(cases))
     out = summarize(runs, cases)
     out["aliases"] = mode_aliases(engine, modes)
     out["policy_states"] = engine.acceptance.snapshot()
+    out["loop_span"] = loop_span
     return out
 
 
@@ -227,7 +286,8 @@ def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
     med = statistics.median
     base = {qid: rs for qid, rs in runs["hf_greedy"].items()}
     out: dict = {k: {} for k in ("speedup", "speedup_e2e", "tau", "alpha", "tokens_per_s", "ttft_ms", "itl_ms",
-                                 "exact_vs_greedy", "overhead_pct", "acceptance_by_position", "block_sizes")}
+                                 "exact_vs_greedy", "loop_stopped", "loop_cut_tokens", "runs", "overhead_pct",
+                                 "acceptance_by_position", "block_sizes")}
     per_question = []
     for case in cases:
         qid = case.question.id
@@ -241,6 +301,7 @@ def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
                 "speedup_e2e": round(med(base[qid][i % len(base[qid])].total_ms / r.total_ms
                                          for i, r in enumerate(rs)), 3),
                 "tokens": len(rs[0].tokens),
+                "finish_reason": rs[0].finish_reason,
             }
         per_question.append(row)
     for mode, by_q in runs.items():
@@ -259,6 +320,9 @@ def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
         itl = [x for r in all_runs for x in r.itl_ms]
         out["itl_ms"][mode] = {"p50": _round(_pct(itl, 0.5)), "p95": _round(_pct(itl, 0.95))}
         out["exact_vs_greedy"][mode] = sum(r.tokens == base[q][0].tokens for q, rs in by_q.items() for r in rs)
+        out["loop_stopped"][mode] = sum(r.finish_reason == "repetition" for r in all_runs)
+        out["loop_cut_tokens"][mode] = sum(r.generated - len(r.tokens) for r in all_runs)
+        out["runs"][mode] = len(all_runs)
         decode_ms = sum(r.total_ms - r.ttft_ms for r in all_runs)
         out["overhead_pct"][mode] = round(100 * sum(r.overhead_ms for r in all_runs) / decode_ms, 2) \
             if mode.startswith("ours_") and decode_ms else None

@@ -20,47 +20,86 @@ def write_json(data: dict, path: Path) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def _loop_stop_words(span: int) -> str:
+    return (f"loop stop on, span {span} tokens (an answer ends when its last {span} tokens occurred twice "
+            "before, cut before the repeats)" if span else "loop stop off")
+
+
 def exactness_markdown(report: dict) -> str:
-    """Summary table (identical answers per mode) and the divergence table."""
+    """The contract checked, the summary table (identical and loop-stopped answers per mode),
+    the per-question outcomes and the divergence table."""
     n = len(report["cases"])
+    span = report.get("loop_span", 0)
+    finishes = report.get("reference_finish", {})
     lines = ["# Exactness vs plain greedy", "", *_hardware_lines(report.get("hardware", {})), "",
-             f"{n} questions, max_new_tokens={report.get('max_new_tokens')}.", "",
-             "| mode | identical to greedy |", "|---|---|"]
-    lines += [f"| {m} | {report['exact'][m]}/{n} |" for m in report["modes"]]
+             "Contract checked: each mode's ids equal plain greedy's (transformers `generate(do_sample=False)`) "
+             "cut by the same stops at one commit boundary — EOS, max_new_tokens and the loop stop, the reference "
+             "being greedy's ids run through `decoding.stopping.apply_stops` with the same settings — and end with "
+             "the same finish reason.", "",
+             f"{n} questions, max_new_tokens={report.get('max_new_tokens')}, {_loop_stop_words(span)}. "
+             "References end by: " + (", ".join(f"{r} {c}" + (" (loop-cut)" if r == "repetition" else "")
+                                                for r, c in sorted(finishes.items())) or "-") + ".", "",
+             "| mode | identical to greedy | loop-stopped |", "|---|---|---|"]
+    lines += [f"| {m} | {report['exact'][m]}/{n} | {report.get('loop_stopped', {}).get(m, '-')} |"
+              for m in report["modes"]]
+    lines += ["", "## Per question", "",
+              "Reference: finish reason, ids kept (ids greedy generates until the stops end it). Per mode: ✓ "
+              "identical, else ✗ and the divergence position.", "",
+              "| question | reference | " + " | ".join(report["modes"]) + " |",
+              "|---|---|" + "---|" * len(report["modes"])]
+    for c in report["cases"]:
+        ref = f"{c.get('reference_finish', '-')}, {c['reference_tokens']} ({c.get('reference_generated', '-')})"
+        cells = ["✓" if r["exact"] else f"✗ {r.get('divergence_at', '')}".rstrip() for r in c["modes"].values()]
+        lines.append(f"| {c['id']} | {ref} | " + " | ".join(cells) + " |")
     lines += ["", "## Divergences", ""]
     if not report["divergences"]:
         lines.append("None.")
     else:
-        lines += ["| question | mode | position | reference token | got | top-1/top-2 margin |", "|---|---|---|---|---|---|"]
-        lines += [f"| {d['question_id']} | {d['mode']} | {d['position']} | {d['reference_token']} | {d['got_token']} "
-                  f"| {d['margin']} |" for d in report["divergences"]]
+        lines += ["Kind `token`: a different id (margin = the reference's top-1/top-2 logit margin there); "
+                  "`stop`: the same ids, ended elsewhere or for another reason (a bug, no margin).", "",
+                  "| question | mode | kind | position | reference token | got | top-1/top-2 margin "
+                  "| finish (reference / got) |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {d['question_id']} | {d['mode']} | {d.get('kind', 'token')} | {d['position']} "
+                  f"| {d['reference_token']} | {d['got_token']} | {d['margin']} "
+                  f"| {d.get('reference_finish')} / {d.get('got_finish')} |" for d in report["divergences"]]
     return "\n".join(lines) + "\n"
 
 
 def latency_markdown(report: dict, plots: bool = True) -> str:
-    """Per-mode table: speedups, tokens/s, τ, α, TTFT, ITL, exactness, overhead; links to
-    the plots (written next to it by :func:`latency_plots`) when ``plots``."""
+    """Per-mode table: speedups, tokens/s, τ, α, TTFT, ITL, exactness, overhead, answers the
+    loop stop ended; links to the plots (written next to it by :func:`latency_plots`) when ``plots``."""
     lines = ["# Latency vs transformers greedy and the anchors", "", *_hardware_lines(report.get("hardware", {})), "",
              f"{len(report['per_question'])} questions, max_new_tokens={report.get('max_new_tokens')}, "
              f"repeats={report.get('repeats')}, interleaved, medians. Decode speedup = per-token time after the "
              "first token; end to end includes prefill. Our modes also draft from the engine's earlier answers "
              "(`answer_history`): those to the questions timed before, never those to the same question.", "",
+             f"Every mode runs with the {_loop_stop_words(report.get('loop_span', 0))}; transformers' modes get "
+             "the same detector as a stopping criterion. Speedups, tokens/s, τ and ITL count the tokens the user "
+             "gets (the output cut by the stops); the time and passes spent on cut-away repeats still count. "
+             "`identical`: ids equal hf_greedy's, both cut by the same stops; `identical` and `loop-stopped` count "
+             f"answers (questions × repeats = {_runs(report)} per mode).", "",
              "| mode | decode speedup (median / worst) | e2e speedup (median / worst) | tokens/s | τ | α | TTFT ms "
-             "| ITL p50 / p95 ms | identical | overhead % |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| ITL p50 / p95 ms | identical | overhead % | loop-stopped |", "|---" * 11 + "|"]
     for m in report["modes"]:
         sp, e2e, itl = report["speedup"][m], report["speedup_e2e"][m], report["itl_ms"][m]
         lines.append(f"| {m} | {sp['median']:.2f}× / {sp['min']:.2f}× | {e2e['median']:.2f}× / {e2e['min']:.2f}× "
                      f"| {report['tokens_per_s'][m]} | {report['tau'][m]} | {report['alpha'][m]} "
                      f"| {report['ttft_ms'][m]} | {itl['p50']} / {itl['p95']} | {report['exact_vs_greedy'][m]} "
-                     f"| {report['overhead_pct'][m] if report['overhead_pct'][m] is not None else '-'} |")
+                     f"| {report['overhead_pct'][m] if report['overhead_pct'][m] is not None else '-'} "
+                     f"| {report.get('loop_stopped', {}).get(m, '-')} |")
     for alias, timed in report.get("aliases", {}).items():
-        lines.append(f"| {alias} | = {timed} (the same configuration: no draft model is loaded) |" + " |" * 8)
+        lines.append(f"| {alias} | = {timed} (the same configuration: no draft model is loaded) |" + " |" * 9)
     lines += ["", *_versus_anchors(report)]
     lines += ["", f"Memory: {report['memory']} (peak RSS is for the whole process: all modes share it)."]
     if plots:
         lines += ["", "![speedup](speedup.png)", "![tau](tau_hist.png)", "![acceptance](acceptance_by_position.png)",
                   "![copied](speedup_vs_copied.png)"]
     return "\n".join(lines) + "\n"
+
+
+def _runs(report: dict) -> str:
+    runs = set(report.get("runs", {}).values())
+    return str(runs.pop()) if len(runs) == 1 else "-"
 
 
 def _versus_anchors(report: dict) -> list[str]:
@@ -84,6 +123,12 @@ def retrieval_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _legend(ax: plt.Axes) -> None:
+    """A legend when something was drawn (a run where no mode drafted has no acceptance curve)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+
+
 def _save(fig: plt.Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -105,7 +150,7 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_ylabel("decode speedup vs hf_greedy (×)")
     ax.tick_params(axis="x", rotation=30)
-    ax.legend()
+    _legend(ax)
     paths.append(_save(fig, out_dir / "speedup.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -114,7 +159,7 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
             ax.hist(sizes, bins=range(1, max(sizes) + 2), alpha=0.5, label=m, align="left")
     ax.set_xlabel("tokens committed per target pass")
     ax.set_ylabel("passes")
-    ax.legend()
+    _legend(ax)
     paths.append(_save(fig, out_dir / "tau_hist.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -124,7 +169,7 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(0, 1.05)
-    ax.legend()
+    _legend(ax)
     paths.append(_save(fig, out_dir / "acceptance_by_position.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -136,6 +181,6 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("fraction of the answer copied from the context (4-gram)")
     ax.set_ylabel("decode speedup vs hf_greedy (×)")
-    ax.legend()
+    _legend(ax)
     paths.append(_save(fig, out_dir / "speedup_vs_copied.png"))
     return paths

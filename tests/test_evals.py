@@ -1,4 +1,5 @@
-"""The eval code on tiny inputs: report shapes, plots, and a broken verifier caught."""
+"""The eval code on tiny inputs: report shapes, plots, a broken verifier and a missing loop
+stop caught, and the loop stop applied alike to our modes, the reference and the anchors."""
 
 from __future__ import annotations
 
@@ -10,18 +11,23 @@ import torch
 import decoding.engine
 from decoding import SpeculativeEngine
 from decoding.policy import CostModel
-from evals.exactness import failing_divergences, run_exactness
+from decoding.stopping import LoopDetector, StopChecker
+from evals.cli import _loop_span
+from evals.exactness import compare, failing_divergences, reference, run_exactness
 from evals.harness import Case
-from evals.latency import latency_modes, run_latency
+from evals.latency import LoopStop, latency_modes, run_hf, run_latency
 from evals.questions import Question, load_questions, quick_subset
 from evals.report import exactness_markdown, latency_markdown, latency_plots, retrieval_markdown
 from evals.retrieval_eval import run_retrieval
 
+SPAN = 4  # the tiny models' greedy outputs loop within 40 tokens at this span (both cases)
+LOOP_TOKENS = 40
 COSTS = CostModel(verify_ms=(10.0, 10.5, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0), draft_step_ms=1.0)
 
 
 @pytest.fixture
-def tiny_cases(tiny_models):
+def tiny_cases(tiny_models, torch_one_thread):
+    """Two prompts for the tiny target (run on one torch thread: much faster for tiny models)."""
     target = tiny_models.load("small")
     tok = target.tokenizer
     texts = ["the disk is full; restart xrootd now. the disk is full;", "café ✓ the ticket is fixed. café"]
@@ -46,21 +52,80 @@ def test_exactness_report_shape(tiny_engine, tiny_cases):
     assert report["exact"] == {m: len(cases) for m in report["modes"]}
     assert report["divergences"] == []
     json.dumps(report)
-    assert "| auto | 2/2 |" in exactness_markdown(report)
+    assert report["loop_span"] == 0 and set(report["reference_finish"]) <= {"length", "eos"}
+    md = exactness_markdown(report)
+    assert "| auto | 2/2 | 0 |" in md and "loop stop off" in md and "Contract checked" in md
 
 
-def test_broken_verifier_is_caught_as_divergence(tiny_engine, tiny_cases, monkeypatch):
+def test_exactness_with_the_loop_stop_checks_the_cut_reference(tiny_engine, tiny_cases, tiny_models):
+    _, cases = tiny_cases
+    report = run_exactness(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, loop_span=SPAN)
+    modes = ["off", "ngram", "draft_model", "auto"]
+    assert report["divergences"] == [] and report["exact"] == {m: 2 for m in modes}
+    assert report["loop_span"] == SPAN and report["reference_finish"] == {"repetition": 2}
+    assert report["loop_stopped"] == {m: 2 for m in modes}
+    for case, row in zip(cases, report["cases"]):
+        # the reference is plain greedy cut by a brute-force re-statement of the loop stop
+        ids, _, reason = tiny_models.expected("small", case.prompt_ids, LOOP_TOKENS, loop_span=SPAN)
+        assert (row["reference_finish"], row["reference_tokens"]) == (reason, len(ids))
+        assert len(ids) < row["reference_generated"] < LOOP_TOKENS
+        assert all(m["finish_reason"] == "repetition" and m["new_tokens"] == len(ids) for m in row["modes"].values())
+    md = exactness_markdown(report)
+    assert f"span {SPAN} tokens" in md and "repetition 2 (loop-cut)" in md and "| auto | 2/2 | 2 |" in md
+    row = report["cases"][1]
+    assert f"| t1 | repetition, {row['reference_tokens']} ({row['reference_generated']}) | ✓ | ✓ | ✓ | ✓ |" in md
+
+
+def test_a_missing_loop_stop_is_a_stop_divergence(tiny_engine, tiny_cases, monkeypatch):
+    _, cases = tiny_cases
+    checker = decoding.engine.StopChecker
+    monkeypatch.setattr(decoding.engine, "StopChecker",  # the engine ignores loop_span
+                        lambda tok, eos, stops, budget, loop_span=0: checker(tok, eos, stops, budget))
+    report = run_exactness(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, modes=["off", "ngram"], loop_span=SPAN)
+    assert report["exact"] == {"off": 0, "ngram": 0} and len(report["divergences"]) == 4
+    for d in report["divergences"]:
+        row = next(c for c in report["cases"] if c["id"] == d["question_id"])
+        assert (d["kind"], d["margin"]) == ("stop", None)
+        assert (d["reference_finish"], d["got_finish"]) == ("repetition", "length")
+        assert d["position"] == row["reference_tokens"] and d["reference_token"] is None and d["got_token"] is not None
+    assert failing_divergences(report, allow_near_ties=float("inf")) == report["divergences"]  # never a near-tie
+    assert "| t0 | off | stop |" in exactness_markdown(report)
+
+
+def test_a_token_divergence_cut_away_by_a_loop_stop_is_still_reported(tiny_engine, tiny_cases):
+    _, cases = tiny_cases
+    case = cases[0]
+    ref = reference(tiny_engine, case.prompt_ids, LOOP_TOKENS, SPAN)
+    assert ref.finish_reason == "repetition" and len(ref.token_ids) + 3 < ref.decided
+    # A decoder whose token after the kept ids differed, and whose own loop stop then cut to fewer ids.
+    pos = len(ref.token_ids) + 1
+    committed = ref.raw[:pos] + [(ref.raw[pos] + 1) % 60] + ref.raw[pos + 1:ref.decided]
+    div = compare(tiny_engine, case, "ngram", ref, ref.token_ids[:-2], "repetition", committed)
+    assert (div.kind, div.position) == ("token", pos)
+    assert (div.reference_token, div.got_token) == (ref.raw[pos], committed[pos])
+    assert div.margin is not None and div.margin >= 0
+    # Past the reference's stop decision a different token explains nothing: the loop stop was missed.
+    missed = ref.raw[:ref.decided] + [(ref.raw[ref.decided] + 1) % 60]
+    div = compare(tiny_engine, case, "ngram", ref, ref.token_ids[:-2], "repetition", missed)
+    assert (div.kind, div.position, div.margin) == ("stop", len(ref.token_ids) - 2, None)
+    assert compare(tiny_engine, case, "ngram", ref, list(ref.token_ids), "repetition", committed) is None
+
+
+@pytest.mark.parametrize("loop_span", [0, SPAN])
+def test_broken_verifier_is_caught_as_divergence(tiny_engine, tiny_cases, monkeypatch, loop_span):
     _, cases = tiny_cases
 
     def accept_everything(draft_tokens, target_logits):
         return draft_tokens + [int(target_logits[len(draft_tokens)].argmax())], len(draft_tokens)
 
     monkeypatch.setattr(decoding.engine, "verify_greedy", accept_everything)
-    report = run_exactness(tiny_engine, cases, max_new_tokens=12, modes=["off", "ngram", "draft_model"])
+    report = run_exactness(tiny_engine, cases, max_new_tokens=12, modes=["off", "ngram", "draft_model"],
+                           loop_span=loop_span)
     assert report["exact"]["off"] == len(cases)  # nothing drafted, nothing to break
     assert report["exact"]["ngram"] + report["exact"]["draft_model"] < 2 * len(cases)
     div = report["divergences"][0]
     assert div["mode"] in ("ngram", "draft_model") and div["reference_token"] != div["got_token"]
+    assert div["kind"] == "token"
     assert div["margin"] is not None and div["margin"] >= 0
     assert failing_divergences(report, None) == report["divergences"]
     assert failing_divergences(report, allow_near_ties=float("inf")) == []
@@ -81,6 +146,68 @@ def test_latency_report_shape_and_plots(tiny_engine, tiny_cases, tmp_path):
     assert [p.name for p in paths] == ["speedup.png", "tau_hist.png", "acceptance_by_position.png",
                                        "speedup_vs_copied.png"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_latency_with_the_loop_stop_counts_the_tokens_users_get(tiny_engine, tiny_cases, tiny_models):
+    _, cases = tiny_cases
+    report = run_latency(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, loop_span=SPAN)
+    assert report["loop_span"] == SPAN
+    assert all(report[k][m] == len(cases) for k in ("loop_stopped", "exact_vs_greedy", "runs") for m in report["modes"])
+    assert all(report["loop_cut_tokens"][m] > 0 for m in report["modes"])
+    for case, row in zip(cases, report["per_question"]):
+        ids, _, _ = tiny_models.expected("small", case.prompt_ids, LOOP_TOKENS, loop_span=SPAN)
+        assert all((m["tokens"], m["finish_reason"]) == (len(ids), "repetition") for m in row["modes"].values())
+    assert report["tau"]["hf_greedy"] < 1  # passes spent on the cut-away repeats buy the user nothing
+    report.update(hardware={"device": "cpu"}, max_new_tokens=LOOP_TOKENS, repeats=1)
+    md = latency_markdown(report, plots=False)
+    assert f"span {SPAN} tokens" in md and "| loop-stopped |" in md and "= 2 per mode" in md
+    assert next(line for line in md.splitlines() if line.startswith("| ours_auto |")).endswith("| 2 |")
+
+
+def test_anchors_stop_at_the_loop_and_are_cut_like_the_reference(tiny_engine, tiny_cases):
+    _, cases = tiny_cases
+    for case in cases:
+        ref = reference(tiny_engine, case.prompt_ids, LOOP_TOKENS, SPAN)
+        greedy = run_hf(tiny_engine, "hf_greedy", case, LOOP_TOKENS, SPAN)
+        # generate() stopped on the token that completed the loop: one decode pass per id up to it
+        assert (greedy.tokens, greedy.finish_reason, greedy.generated) == (ref.token_ids, "repetition", ref.decided)
+        assert greedy.passes == ref.decided - 1 and len(greedy.itl_ms) == len(ref.token_ids) - 1
+        for mode in ("hf_pld_3", "hf_assisted"):
+            run = run_hf(tiny_engine, mode, case, LOOP_TOKENS, SPAN)
+            assert (run.tokens, run.finish_reason, run.generated) == (ref.token_ids, "repetition", ref.decided)
+            assert run.passes <= greedy.passes  # each verified block holds >= 1 id, up to the same stop
+
+
+def test_loop_stop_criterion_fires_on_the_block_completing_the_loop():
+    prompt, unit = [90, 91, 92], [1, 2, 3, 4, 5]
+    output = [7, 8] + unit * 4
+    detector = LoopDetector(3)
+    fire = next(t for t in range(1, len(output) + 1) if detector.push(output[:t]))
+    for block in (1, 2, 4, 7):
+        crit, seq, calls = LoopStop(len(prompt), 3), list(prompt), []
+        for i in range(0, len(output), block):
+            seq += output[i:i + block]
+            done = crit(torch.tensor([seq]), None)
+            assert done.dtype == torch.bool and done.shape == (1,)
+            calls.append((len(seq) - len(prompt), bool(done)))
+            if done:
+                break
+        ended = calls[-1][0]
+        assert calls[-1][1] and ended >= fire and ended - block < fire  # the first call that saw the token
+        assert crit.detector.cut == detector.cut == 2 + len(unit)  # keeps one copy of the unit
+        checker = StopChecker(None, frozenset(), (), len(output), 3)
+        checker.accept(output[:ended])
+        assert checker.output == output[:crit.detector.cut] and checker.generated == fire
+
+
+def test_eval_loop_span_defaults_to_the_service_setting():
+    from copilot.config import Settings
+
+    settings = Settings(_env_file=None)
+    assert _loop_span(settings, None) == (settings.loop_span if settings.loop_stop else 0)
+    assert _loop_span(settings.model_copy(update={"loop_stop": False}), None) == 0
+    assert _loop_span(settings.model_copy(update={"loop_stop": True, "loop_span": 20}), None) == 20
+    assert _loop_span(settings, 0) == 0 and _loop_span(settings, 7) == 7
 
 
 def test_latency_without_a_draft_model_times_the_ngram_policy_once(tiny_engine, tiny_cases):
