@@ -87,7 +87,7 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
 
 @app.command()
 def ask(question: str = typer.Argument(..., help="the question"),
-        top_k: Optional[int] = typer.Option(None, help="passages to retrieve"),
+        top_k: Optional[int] = typer.Option(None, help="source documents to retrieve (default: the prompt style's)"),
         max_new_tokens: Optional[int] = typer.Option(None, help="answer budget in tokens"),
         show_stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
         doc_type: Optional[list[str]] = typer.Option(None, "--doc-type", help="only these document types (repeat)"),

@@ -50,7 +50,10 @@ class Settings(BaseSettings):
                            "(20: no false stop on the 112 documents of both corpora but one)")
 
     # retrieval and prompting
-    top_k: int = Field(5, ge=1, le=100)
+    top_k: int | None = Field(None, ge=1, le=100, description="source documents per question (default: the "
+                              "prompt style's)")
+    prompt_style: str = Field("default", description="how sources are shown to the model: a name from "
+                              "copilot.prompting.PROMPT_STYLES (tuned by copilot eval answers)")
     max_new_tokens: int = Field(256, ge=0)
     max_new_tokens_cap: int = Field(1024, ge=1, description="requests asking for more get 422")
     max_prompt_tokens: int = Field(2048, ge=256, description="prompt budget (passages + history + question)")
@@ -69,6 +72,16 @@ class Settings(BaseSettings):
     queue_size: int = Field(8, ge=1, description="requests waiting for the generation worker")
     retry_after_s: int = Field(5, ge=1, le=3600, description="minimum Retry-After hint when the queue is full (s)")
     model_alias: str = Field("opscopilot", min_length=1, description="model id served by /v1/models besides the target's")
+
+    @field_validator("prompt_style")
+    @classmethod
+    def _known_style(cls, v: str) -> str:
+        from copilot.prompting import DEFAULT_STYLE, PROMPT_STYLES
+
+        v = DEFAULT_STYLE if v == "default" else v
+        if v not in PROMPT_STYLES:
+            raise ValueError(f"unknown prompt style {v!r}; known: {', '.join(PROMPT_STYLES)}")
+        return v
 
     @field_validator("api_keys", mode="before")
     @classmethod

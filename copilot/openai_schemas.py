@@ -72,7 +72,7 @@ class ChatCompletionRequest(BaseModel):
     stop: str | list[str] | None = Field(None, description="up to 4 stop strings")
     n: int = Field(1, ge=1, le=1, description="only 1 choice is supported")
     # OpsCopilot extensions
-    top_k: int | None = Field(None, ge=1, le=100, description="passages to retrieve")
+    top_k: int | None = Field(None, ge=1, le=100, description="source documents to retrieve")
     filters: Filters | None = None
 
     @model_validator(mode="after")

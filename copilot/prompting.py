@@ -36,15 +36,17 @@ class PromptStyle:
 
     Attributes:
         system: the system instructions.
-        passages: ``"chunks"`` (each source's matched chunks, whole) or ``"highlights"``
-            (its header and evidence lines only: a much shorter prompt).
-        max_sources: sources shown to the model (and returned; at most ``top_k``).
+        passages: ``"chunks"`` (each source's matched chunks, whole), ``"highlights"`` (its
+            header and evidence lines only: a much shorter prompt) or ``"evidence-first"``
+            (its evidence lines, then the header).
+        max_sources: sources retrieved for the prompt when the request and the settings name
+            no ``top_k``.
         best_last: list the best source last, next to the question (else first).
         answer_hint: appended to the question (e.g. a length hint); empty for none.
     """
 
     system: str
-    passages: Literal["chunks", "highlights"] = "chunks"
+    passages: Literal["chunks", "highlights", "evidence-first"] = "chunks"
     max_sources: int = 5
     best_last: bool = False
     answer_hint: str = ""
@@ -60,6 +62,11 @@ SYSTEM_SHORT = (
     "You answer questions from an operations team's logbooks and tickets. Use only the numbered "
     "sources. Quote commands, errors and paths exactly. Cite sources as [n]."
 )
+SYSTEM_QUOTE = (
+    "You answer questions from an operations team's logbooks and tickets. Reply with the line from the "
+    "sources that answers the question, copied exactly, followed by its source number like [1]. Then add "
+    "at most one short sentence."
+)
 
 #: Named styles compared by the answers eval; ``DEFAULT_STYLE`` is the measured best.
 PROMPT_STYLES: dict[str, PromptStyle] = {
@@ -71,8 +78,14 @@ PROMPT_STYLES: dict[str, PromptStyle] = {
                                       answer_hint="Answer in one or two sentences and cite the source."),
     "highlights-3-short-last": PromptStyle(SYSTEM_SHORT, "highlights", 3, best_last=True,
                                            answer_hint="Answer in one or two sentences and cite the source."),
+    "quote-3": PromptStyle(SYSTEM_QUOTE, "highlights", 3),
+    "quote-3-last": PromptStyle(SYSTEM_QUOTE, "highlights", 3, best_last=True),
+    "quote-5": PromptStyle(SYSTEM_QUOTE, "highlights", 5),
+    "evidence-first-3": PromptStyle(SYSTEM_QUOTE, "evidence-first", 3),
+    "evidence-first-3-short": PromptStyle(SYSTEM_SHORT, "evidence-first", 3,
+                                          answer_hint="Answer in one or two sentences and cite the source."),
 }
-DEFAULT_STYLE = "baseline"
+DEFAULT_STYLE = "highlights-3-short"
 
 
 @dataclass(frozen=True)
@@ -101,8 +114,13 @@ class BuiltPrompt:
 
 
 def format_source(source: Source, passages: str = "chunks") -> str:
-    """``[n] header`` then the source's matched chunks (``"chunks"``) or its evidence lines."""
-    if passages == "highlights" and source.highlights:
+    """``[n] header`` then the source's matched chunks (``"chunks"``) or its evidence lines
+    (``"highlights"``); ``"evidence-first"``: ``[n]`` then its evidence lines, best first, and
+    the header last (a small model that copies the start of a source copies the evidence)."""
+    if passages == "evidence-first" and source.highlights:
+        lines = "\n".join(source.highlights)
+        return f"[{source.n}] {lines}\n(from {source.header})"
+    if passages in ("highlights", "evidence-first") and source.highlights:
         body = "\n".join(f"- {h}" for h in source.highlights)
     else:
         body = source.body()
@@ -137,7 +155,7 @@ def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: lis
                  history: list[ChatTurn] | None = None, style: PromptStyle | None = None) -> BuiltPrompt:
     """Fit instructions, question, sources and then history into ``budget_tokens``.
 
-    Sources (at most ``style.max_sources``) are added in rank order while they fit; one
+    Sources are added in rank order while they fit; one
     that does not fit whole is tried as its evidence lines; a later, shorter one may
     still fit. They are renumbered 1..n in rank order. History turns are then added
     newest first while they fit.
@@ -153,7 +171,7 @@ def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: lis
         raise PromptTooLongError(f"the question needs {bare} prompt tokens; the budget is {budget_tokens}")
     chosen: list[Source] = []
     blocks: list[str] = []
-    for source in sources[: style.max_sources]:
+    for source in sources:
         candidate = replace(source, n=len(chosen) + 1)
         for mode in dict.fromkeys([style.passages, "highlights"]):  # whole, else its evidence lines
             block = format_source(candidate, mode)

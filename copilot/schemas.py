@@ -87,7 +87,8 @@ class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: Text = Field(min_length=1, description="the operator's question")
-    top_k: int | None = Field(None, ge=1, le=100, description="passages to retrieve (default from settings)")
+    top_k: int | None = Field(None, ge=1, le=100,
+                              description="source documents to retrieve (default: settings, else the prompt style's)")
     max_new_tokens: int | None = Field(None, ge=0, description="answer budget in tokens (capped by settings)")
     stream: bool = Field(False, description="Server-Sent Events: deltas, then one final event")
     filters: Filters | None = None

@@ -11,7 +11,7 @@ import torch
 
 from copilot.config import Settings
 from copilot.citations import CitationFilter, cited_numbers
-from copilot.prompting import (DEFAULT_STYLE, NO_CONTEXT_ANSWER, PROMPT_STYLES, BuiltPrompt, ChatTurn, PromptStyle,
+from copilot.prompting import (NO_CONTEXT_ANSWER, PROMPT_STYLES, BuiltPrompt, ChatTurn, PromptStyle,
                                PromptTooLongError, bare_prompt_tokens, build_prompt)
 from copilot.retrieval import HybridRetriever
 from copilot.sources import Source, group_by_document, with_highlights
@@ -86,7 +86,7 @@ class CopilotService:
         self.store = store
         self.retriever = HybridRetriever(store)
         self.engine = engine
-        self.style: PromptStyle = PROMPT_STYLES[DEFAULT_STYLE]
+        self.style: PromptStyle = PROMPT_STYLES[settings.prompt_style]
 
     @classmethod
     def from_settings(cls, settings: Settings, *, load_models: bool = True) -> "CopilotService":
@@ -143,16 +143,21 @@ class CopilotService:
         """
         if self.engine is None:
             raise RuntimeError("no target model is loaded")
+        question = self._clean(question)
+        budget = self.prompt_budget(config or self.generation_config())
+        needed = bare_prompt_tokens(self.engine.target.tokenizer, question, self.style)
+        if needed > budget:
+            raise PromptTooLongError(f"the question needs {needed} prompt tokens; the budget is {budget}")
+        return question
+
+    def _clean(self, question: str) -> str:
+        """The stripped question; ValueError when empty or over ``max_question_chars``."""
         question = question.strip()
         if not question:
             raise ValueError("the question is empty")
         if len(question) > self.settings.max_question_chars:
             raise ValueError(f"the question has {len(question)} characters; the limit is "
                              f"{self.settings.max_question_chars}")
-        budget = self.prompt_budget(config or self.generation_config())
-        needed = bare_prompt_tokens(self.engine.target.tokenizer, question, self.style)
-        if needed > budget:
-            raise PromptTooLongError(f"the question needs {needed} prompt tokens; the budget is {budget}")
         return question
 
     def search(self, question: str, top_k: int | None = None, flt: SearchFilter | None = None) -> list[Source]:
@@ -161,13 +166,8 @@ class CopilotService:
         Raises:
             ValueError: empty question or one longer than ``max_question_chars``.
         """
-        question = question.strip()
-        if not question:
-            raise ValueError("the question is empty")
-        if len(question) > self.settings.max_question_chars:
-            raise ValueError(f"the question has {len(question)} characters; the limit is "
-                             f"{self.settings.max_question_chars}")
-        k = top_k or self.settings.top_k
+        question = self._clean(question)
+        k = top_k or self.settings.top_k or self.style.max_sources
         passages = self.retriever.retrieve(question, max(self.retriever.candidates, 4 * k), flt)
         return with_highlights(question, group_by_document(passages, k), self.store.embedder)
 
@@ -182,7 +182,7 @@ class CopilotService:
         config = config or self.generation_config()
         question = self.check(question, config)
         t0 = time.perf_counter()
-        sources = self.search(question, min(top_k or self.settings.top_k, self.style.max_sources), flt)
+        sources = self.search(question, top_k, flt)
         prompt = build_prompt(self.engine.target.tokenizer, question, sources, self.prompt_budget(config), history,
                               self.style)
         return Prepared(question, prompt, config, (time.perf_counter() - t0) * 1000)

@@ -95,7 +95,3 @@ def with_highlights(question: str, sources: Sequence[Source], embedder: Embedder
     scored = score_units(question, units, embedder)
     return [replace(s, highlights=tuple(u.text for u in top_units(scored, i, limit))) for i, s in enumerate(sources)]
 
-
-def renumbered(sources: Sequence[Source]) -> list[Source]:
-    """The same sources numbered 1..n in order."""
-    return [replace(s, n=i + 1) for i, s in enumerate(sources)]

@@ -3,11 +3,13 @@ somewhere, history that never crowds out the evidence, ``/v1/search``, hostile q
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from fastapi.testclient import TestClient
 
 from copilot.app import create_app
-from copilot.prompting import ChatTurn, build_prompt
+from copilot.prompting import ChatTurn, build_prompt, format_source
 from copilot.service import CopilotService
 from decoding.engine import GenerationResult, StreamEvent
 from decoding.stats import GenerationStats
@@ -67,10 +69,11 @@ def test_history_never_crowds_out_the_sources(sample_service):
     for chars in (400, 1500):
         history = [ChatTurn("user" if i % 2 == 0 else "assistant", f"turn {i} " + "lorem ipsum " * (chars // 12))
                    for i in range(30)]
-        built = build_prompt(tok, FNAL, sources, 2048, history)
+        built = build_prompt(tok, FNAL, sources, 2048, history, sample_service.style)
         assert len(built.input_ids) <= 2048
         assert built.sources and built.sources[0].doc_id == sources[0].doc_id  # the top source, whole
-        assert f"[1] {sources[0].header}\n{sources[0].body().strip()}" in tok.decode(built.input_ids)
+        shown = format_source(replace(sources[0], n=1), sample_service.style.passages)
+        assert shown in tok.decode(built.input_ids)
         assert built.history_turns < 30  # history fills what is left, newest first
         if built.history_turns:
             assert "turn 29 " in tok.decode(built.input_ids)
