@@ -76,15 +76,8 @@ class Passage:
     chunk: Chunk
     score: float
 
-    @property
-    def source(self) -> str:
-        return str(self.chunk.metadata.get("source", ""))
-
-    @property
-    def title(self) -> str:
-        return str(self.chunk.metadata.get("title") or "")
-
     def snippet(self, chars: int = 240) -> str:
+        """The chunk's text, whitespace collapsed, cut to ``chars`` characters (``…`` marks a cut)."""
         text = " ".join(self.chunk.text.split())
         return text if len(text) <= chars else text[: chars - 1] + "…"
 

@@ -152,7 +152,8 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: Text = Field(min_length=1, description="what to look for (a question or keywords)")
-    top_k: int | None = Field(None, ge=1, le=100, description="documents to return (default from settings)")
+    top_k: int | None = Field(None, ge=1, le=100,
+                              description="documents to return (default: settings, else the prompt style's)")
     filters: Filters | None = None
 
 

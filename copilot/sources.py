@@ -42,10 +42,12 @@ class Source:
 
     @property
     def doc_id(self) -> str:
+        """The document's id (``source#KEY``)."""
         return self.passages[0].chunk.doc_id
 
     @property
     def metadata(self) -> dict[str, Any]:
+        """The document's metadata (source, title, key, created, doc_type, ...)."""
         return self.passages[0].chunk.metadata
 
     @property
@@ -55,6 +57,7 @@ class Source:
 
     @property
     def header(self) -> str:
+        """The document header line its chunks start with."""
         return chunk_header(self.passages[0].chunk.text)
 
     def chunks_in_order(self) -> list[Passage]:
