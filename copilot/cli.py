@@ -97,7 +97,7 @@ def ask(question: str = typer.Argument(..., help="the question"),
         until: Optional[str] = typer.Option(None, help="created at or before (ISO 8601 date or time)")) -> None:
     """Answer a question, streaming to the terminal, then list the sources."""
     from copilot.prompting import PromptTooLongError
-    from copilot.schemas import Filters
+    from copilot.filters import Filters
     from copilot.service import CopilotService
 
     try:
@@ -139,7 +139,7 @@ def serve(host: Optional[str] = typer.Option(None, help="bind address (default f
     """Serve the web API with uvicorn."""
     import uvicorn
 
-    from copilot.app import create_app
+    from copilot.api.app import create_app
 
     settings = _settings()
     if ingest_if_empty is not None:

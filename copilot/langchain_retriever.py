@@ -17,7 +17,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from copilot.retrieval import HybridRetriever
-from copilot.schemas import Filters
+from copilot.filters import Filters
 from ingestion.documents import SearchFilter
 from ingestion.store import ChunkStore
 

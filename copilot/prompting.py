@@ -14,7 +14,6 @@ How a source is shown (:class:`PromptStyle`) was tuned by measurement for the em
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Literal
 

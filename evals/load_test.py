@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     url = args.url
     if url is None:
-        from copilot.server import free_port
+        from copilot.api.server import free_port
 
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "COPILOT_QUEUE_SIZE": str(args.queue_size),
                "COPILOT_MAX_NEW_TOKENS_CAP": str(max(1024, args.max_new_tokens))}

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from fastapi.testclient import TestClient
 
-from copilot.app import create_app
+from copilot.api.app import create_app
 from copilot.prompting import ChatTurn, build_prompt, format_source
 from copilot.service import CopilotService
 from decoding.engine import GenerationResult, StreamEvent

@@ -7,7 +7,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from copilot.app import create_app
+from copilot.api.app import create_app
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from copilot.app import create_app
+from copilot.api.app import create_app
 from copilot.config import Settings
 from copilot.service import CopilotService
 from ingestion.store import ChunkStore
@@ -185,7 +185,7 @@ def test_documents_paging(env):
     assert client.get("/v1/documents?limit=0").status_code == 422
     assert client.get("/v1/documents?limit=1001").status_code == 422
     assert client.get("/v1/documents?offset=-1").status_code == 422
-    doc = next(d for d in client.get(f"/v1/documents?limit=1000").json()["documents"]
+    doc = next(d for d in client.get("/v1/documents?limit=1000").json()["documents"]
                if d["doc_id"] == "jira_export.json#OPS-101")
     assert doc["doc_type"] == "jira" and doc["key"] == "OPS-101" and doc["created"].startswith("2026-01-12")
 

@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
-from copilot.app import create_app
+from copilot.api.app import create_app
 from copilot.config import Settings
-from copilot.server import ServerThread
+from copilot.api.server import ServerThread
 from copilot.service import CopilotService
 
 pytestmark = pytest.mark.slow

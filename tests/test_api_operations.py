@@ -16,9 +16,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from copilot.app import create_app
+from copilot.api.app import create_app
 from copilot.config import Settings
-from copilot.server import ServerThread
+from copilot.api.server import ServerThread
 from copilot.service import CopilotService
 from decoding.engine import GenerationResult, StreamEvent
 from decoding.stats import DrafterStats, GenerationStats

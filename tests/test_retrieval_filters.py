@@ -8,7 +8,7 @@ import pytest
 
 from copilot.langchain_retriever import OpsCopilotRetriever
 from copilot.retrieval import named_keys
-from copilot.schemas import Filters
+from copilot.api.schemas import Filters
 from ingestion.documents import SearchFilter
 
 pytestmark = pytest.mark.slow

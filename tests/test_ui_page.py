@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from copilot.app import create_app
+from copilot.api.app import create_app
 from copilot.config import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from copilot.schemas import Filters, Seed, SourceOut, Text
+from copilot.api.schemas import Filters, Seed, SourceOut, Text
 
 
 class ContentPart(BaseModel):

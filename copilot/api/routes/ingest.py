@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from copilot.config import Settings
-from copilot.dependencies import get_ingest_jobs, get_settings, require_api_key
-from copilot.ingest_jobs import (IngestJob, IngestJobManager, PathRejectedError, resolve_ingest_path,
+from copilot.api.dependencies import get_ingest_jobs, get_settings, require_api_key
+from copilot.api.jobs import (IngestJob, IngestJobManager, PathRejectedError, resolve_ingest_path,
                                  safe_folder)
-from copilot.schemas import ErrorResponse, IngestAccepted, IngestJobOut, IngestPathRequest
+from copilot.api.schemas import ErrorResponse, IngestAccepted, IngestJobOut, IngestPathRequest
 
 router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[Depends(require_api_key)])
 

@@ -9,14 +9,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from copilot import errors
+from copilot.api import errors
 from copilot.config import Settings, get_settings
-from copilot.ingest_jobs import IngestJobManager
-from copilot.limits import BodyLimitMiddleware
-from copilot.metrics import Metrics, MetricsMiddleware
-from copilot.routers import ask, chat, documents, health, ingest, metrics, search, ui
+from copilot.api.jobs import IngestJobManager
+from copilot.api.limits import BodyLimitMiddleware
+from copilot.api.metrics import Metrics, MetricsMiddleware
+from copilot.api.routes import ask, chat, documents, health, ingest, metrics, search, ui
 from copilot.service import CopilotService
-from copilot.worker import GenerationWorker
+from copilot.api.worker import GenerationWorker
 
 log = logging.getLogger(__name__)
 

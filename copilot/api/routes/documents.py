@@ -12,8 +12,8 @@ import asyncio
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
-from copilot.dependencies import get_service, require_api_key
-from copilot.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse
+from copilot.api.dependencies import get_service, require_api_key
+from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse
 from copilot.service import CopilotService
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])

@@ -7,8 +7,8 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
-from copilot.dependencies import ask_auth, get_service
-from copilot.schemas import ErrorResponse, SearchRequest, SearchResponse, SourceOut
+from copilot.api.dependencies import ask_auth, get_service
+from copilot.api.schemas import ErrorResponse, SearchRequest, SearchResponse, SourceOut
 from copilot.service import CopilotService
 
 router = APIRouter(prefix="/v1", tags=["search"])

@@ -1,6 +1,6 @@
 """``GET /``: a small page to ask questions from (plain HTML, one script, one stylesheet).
 
-Everything the page needs is served by the app from ``copilot/static`` (no build step, no
+Everything the page needs is served by the app from ``copilot/api/static`` (no build step, no
 CDN). The page talks to ``POST /v1/ask`` with ``"stream": true`` and renders every field
 with ``textContent``; a strict Content-Security-Policy (scripts, styles and connections
 from this origin only) backs that up.

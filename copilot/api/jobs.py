@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Callable, Literal
 
-from copilot.schemas import IngestJobOut, IngestProgressOut
+from copilot.api.schemas import IngestJobOut, IngestProgressOut
 from ingestion.errors import IngestError
 from ingestion.pipeline import IngestProgress, discover_files, ingest_paths
 from ingestion.store import ChunkStore

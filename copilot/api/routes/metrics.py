@@ -6,8 +6,8 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from copilot.dependencies import get_metrics
-from copilot.metrics import Metrics
+from copilot.api.dependencies import get_metrics
+from copilot.api.metrics import Metrics
 
 router = APIRouter(tags=["health"])
 

@@ -14,17 +14,17 @@ import uuid
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
-from copilot import generation
+from copilot.api import generation
 from copilot.config import Settings
-from copilot.dependencies import ask_auth, get_metrics, get_service, get_settings, get_worker
-from copilot.generation import GenerationFailedError
-from copilot.metrics import Metrics
-from copilot.openai_schemas import (AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
+from copilot.api.dependencies import ask_auth, get_metrics, get_service, get_settings, get_worker
+from copilot.api.generation import GenerationFailedError
+from copilot.api.metrics import Metrics
+from copilot.api.openai_schemas import (AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
                                     Choice, ChunkChoice, Delta, ModelCard, ModelList, OpenAIError, Usage)
 from copilot.prompting import ChatTurn
-from copilot.schemas import SourceOut
+from copilot.api.schemas import SourceOut
 from copilot.service import CopilotService
-from copilot.worker import GenerationWorker
+from copilot.api.worker import GenerationWorker
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 

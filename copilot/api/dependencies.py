@@ -8,10 +8,10 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from copilot.config import Settings
-from copilot.ingest_jobs import IngestJobManager
-from copilot.metrics import Metrics
+from copilot.api.jobs import IngestJobManager
+from copilot.api.metrics import Metrics
 from copilot.service import CopilotService
-from copilot.worker import GenerationWorker
+from copilot.api.worker import GenerationWorker
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_KEYS")
 

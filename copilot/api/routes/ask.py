@@ -8,14 +8,14 @@ import time
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
-from copilot import generation
-from copilot.dependencies import ask_auth, get_metrics, get_service, get_worker
-from copilot.generation import GenerationFailedError
-from copilot.metrics import Metrics
+from copilot.api import generation
+from copilot.api.dependencies import ask_auth, get_metrics, get_service, get_worker
+from copilot.api.generation import GenerationFailedError
+from copilot.api.metrics import Metrics
 from copilot.prompting import ChatTurn
-from copilot.schemas import AskRequest, AskResponse, ErrorResponse, SourceOut
+from copilot.api.schemas import AskRequest, AskResponse, ErrorResponse, SourceOut
 from copilot.service import CopilotService
-from copilot.worker import GenerationWorker
+from copilot.api.worker import GenerationWorker
 
 router = APIRouter(prefix="/v1", tags=["ask"])
 

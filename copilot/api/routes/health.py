@@ -7,8 +7,8 @@ import asyncio
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from copilot.dependencies import get_service
-from copilot.schemas import HealthResponse, ReadyResponse
+from copilot.api.dependencies import get_service
+from copilot.api.schemas import HealthResponse, ReadyResponse
 from copilot.service import CopilotService
 
 router = APIRouter(tags=["health"])

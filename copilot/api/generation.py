@@ -20,11 +20,11 @@ from typing import Any, AsyncIterator
 
 from fastapi import HTTPException, Request, status
 
-from copilot.metrics import Metrics
+from copilot.api.metrics import Metrics
 from copilot.citations import cited_numbers
 from copilot.prompting import PromptTooLongError
 from copilot.service import CopilotService, Prepared
-from copilot.worker import DONE, GenerationWorker, Job, QueueFullError
+from copilot.api.worker import DONE, GenerationWorker, Job, QueueFullError
 from decoding.engine import GenerationResult
 
 log = logging.getLogger(__name__)
