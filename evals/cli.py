@@ -1,4 +1,4 @@
-"""``copilot eval exactness|latency|retrieval``."""
+"""``copilot eval exactness|latency|retrieval|answers|loops|cases`` (also ``python -m evals``)."""
 
 from __future__ import annotations
 
@@ -46,24 +46,60 @@ def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path
         write_json(result, report / f"{name}.json")
 
 
-def _loop_span(settings, option: Optional[int]) -> int:
+_cases_opt = typer.Option(None, "--cases", help="replay cases saved by `copilot eval cases` (no store, no "
+                          "corpus: torch and transformers alone); --questions/--corpus/--data-dir are ignored")
+_device_opt = typer.Option("auto", help="with --cases: auto | cpu | cuda | cuda:N (else COPILOT_DEVICE)")
+_dtype_opt = typer.Option("auto", help="with --cases: auto | float32 | bfloat16 | float16 (else COPILOT_DTYPE)")
+
+
+def _loop_span(setup, option: Optional[int]) -> int:
     """``--loop-span`` if given, else the service's: ``loop_span`` when ``loop_stop`` is on, else 0."""
-    if option is not None:
-        return option
-    return settings.loop_span if settings.loop_stop else 0
+    return option if option is not None else setup.loop_span
 
 
 def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path], quick: bool,
-             max_new_tokens: Optional[int], draft_model: Optional[str]):
-    from evals.harness import build_cases, build_setup
+             max_new_tokens: Optional[int], draft_model: Optional[str], cases_file: Optional[Path] = None,
+             device: str = "auto", dtype: str = "auto"):
+    """The eval set-up, its cases and the token budget: built through the store and prompt
+    path, or (``cases_file``) replayed from a saved cases file on ``device``/``dtype``."""
+    from evals.harness import build_cases, build_setup, load_cases, replay_setup
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if cases_file is not None:
+        try:
+            meta, cases = load_cases(cases_file)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--cases") from exc
+        if quick:
+            cases = quick_subset(cases, QUICK_QUESTIONS[kind])
+        n_tokens = max_new_tokens or (QUICK_TOKENS if quick else meta.get("max_new_tokens") or FULL_TOKENS[kind])
+        return replay_setup(meta, device=device, dtype=dtype, draft_model=draft_model), cases, n_tokens
     qs = load_questions(questions)
     if quick:
         qs = quick_subset(qs, QUICK_QUESTIONS[kind])
     n_tokens = max_new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS[kind])
     setup = build_setup(None if data_dir else corpus, data_dir, draft_model=draft_model)
     return setup, build_cases(setup, qs, n_tokens), n_tokens
+
+
+@eval_app.command("cases")
+def cases(out: Path = typer.Option(..., "--out", help="JSON file to write"),
+          questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+          max_new_tokens: int = typer.Option(FULL_TOKENS["latency"], min=1, help="token budget recorded for replay"),
+          ) -> None:
+    """Save every question's prompt and context token ids, as the service builds them, with
+    the target model, draft model and loop span: `copilot eval exactness|latency --cases FILE`
+    replays them elsewhere (e.g. on a GPU machine) without the store."""
+    from evals.harness import build_cases, build_setup, save_cases
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    setup = build_setup(None if data_dir else corpus, data_dir)  # the prompt path needs the tokenizer
+    try:
+        built = build_cases(setup, load_questions(questions), max_new_tokens)
+        save_cases(built, out, setup, max_new_tokens)
+    finally:
+        setup.close()
+    console.print(f"{len(built)} cases written to {out}")
 
 
 @eval_app.command("exactness")
@@ -75,16 +111,18 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
               draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
               allow_near_ties: Optional[float] = typer.Option(
                   None, help="pass divergences whose reference top-1/top-2 logit margin is <= this"),
-              loop_span: Optional[int] = _loop_span_opt) -> None:
+              loop_span: Optional[int] = _loop_span_opt, cases_file: Optional[Path] = _cases_opt,
+              device: str = _device_opt, dtype: str = _dtype_opt) -> None:
     """Every decoding mode vs plain greedy generate() cut by the same stops (EOS, budget, loop
     stop); non-zero exit on a divergence."""
     from evals.exactness import failing_divergences, run_exactness
     from evals.harness import hardware_summary
     from evals.report import exactness_markdown
 
-    setup, cases, n_tokens = _prepare("exactness", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
+    setup, cases, n_tokens = _prepare("exactness", questions, corpus, data_dir, quick, max_new_tokens, draft_model,
+                                      cases_file, device, dtype)
     try:
-        span = _loop_span(setup.settings, loop_span)
+        span = _loop_span(setup, loop_span)
         result = run_exactness(setup.engine, cases, n_tokens, loop_span=span)
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens)
     finally:
@@ -106,14 +144,14 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
             modes: Optional[str] = typer.Option(
                 None, help="comma-separated modes (default: the anchors and our policy; add ours_off, ours_ngram)"),
             draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
-            loop_span: Optional[int] = _loop_span_opt) -> None:
+            loop_span: Optional[int] = _loop_span_opt, cases_file: Optional[Path] = _cases_opt,
+            device: str = _device_opt, dtype: str = _dtype_opt) -> None:
     """Speedup, τ, α, TTFT, ITL of our modes vs transformers greedy, prompt lookup and assisted generation
     (every mode with the loop stop)."""
     from evals.harness import hardware_summary
     from evals.latency import run_latency
     from evals.report import latency_markdown, latency_plots
 
-    from copilot.config import Settings
     from evals.latency import DRAFT_MODEL_MODES, HF_MODES, OUR_MODES
 
     mode_list = list(dict.fromkeys(m.strip() for m in modes.split(",") if m.strip())) if modes is not None else None
@@ -124,19 +162,31 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
         raise typer.BadParameter(f"unknown modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}",
                                  param_hint="--modes")
     needs_draft = [m for m in mode_list or [] if m in DRAFT_MODEL_MODES]
-    if needs_draft and not (draft_model if draft_model is not None else Settings().draft_model):
+    if needs_draft and not (draft_model if draft_model is not None else _configured_draft(cases_file)):
         raise typer.BadParameter(f"modes {needs_draft} need a draft model: pass --draft-model or set "
                                  "COPILOT_DRAFT_MODEL", param_hint="--modes")
-    setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model)
+    setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model,
+                                      cases_file, device, dtype)
     try:
         result = run_latency(setup.engine, cases, n_tokens, repeats, mode_list,
-                             loop_span=_loop_span(setup.settings, loop_span))
+                             loop_span=_loop_span(setup, loop_span))
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens, repeats=repeats)
     finally:
         setup.close()
     _emit(latency_markdown(result, plots=report is not None), result, json_out, report, "latency")
     if report:
         latency_plots(result, report)
+
+
+def _configured_draft(cases_file: Optional[Path]) -> Optional[str]:
+    """The draft model the eval would load: the cases file's, else COPILOT_DRAFT_MODEL's."""
+    if cases_file is not None:
+        from evals.harness import load_cases
+
+        return load_cases(cases_file)[0].get("draft_model")
+    from copilot.config import Settings
+
+    return Settings().draft_model
 
 
 @eval_app.command("retrieval")
@@ -182,7 +232,7 @@ def answers(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
     setup = build_setup(None if data_dir else corpus, data_dir)
     try:
         n_tokens = max_new_tokens or setup.settings.max_new_tokens
-        span = _loop_span(setup.settings, loop_span)
+        span = _loop_span(setup, loop_span)
         results = [run_answers(setup.service, qs, n_tokens, span, style) for style in styles]
         for r in results:
             r.update(hardware=hardware_summary(setup), questions_file=str(questions))

@@ -1,21 +1,33 @@
-"""Shared set-up for the evals: the real store, retrieval and prompt path, and the models."""
+"""Shared set-up for the evals: the real store, retrieval and prompt path, and the models.
+
+The decoding evals (exactness, latency) need only the :class:`Case` list: it can be built
+here through the real store and prompt path, saved with :func:`save_cases`, and replayed
+on another machine (a GPU box with torch and transformers alone) through
+:func:`replay_setup` — this module imports the copilot and ingestion packages lazily.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import GenerationConfig as HFGenerationConfig
 
-from copilot.config import Settings
-from copilot.service import CopilotService
 from decoding import SpeculativeEngine
 from evals.questions import Question
-from ingestion.pipeline import ingest_paths
+
+if TYPE_CHECKING:
+    from copilot.config import Settings
+    from copilot.service import CopilotService
+
+#: Version of the cases file written by :func:`save_cases`.
+CASES_FORMAT = 1
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +51,25 @@ class Case:
 
 @dataclass
 class EvalSetup:
-    """The service (store + engine) the evals drive, and where the store lives."""
+    """What the evals drive: the service (store + engine) and where the store lives, or,
+    when replaying saved cases, the engine alone (``service`` and ``settings`` ``None``).
 
-    service: CopilotService
-    settings: Settings
+    Attributes:
+        loop_span: the loop stop's span as the service runs it (tokens; 0 = off).
+    """
+
+    service: CopilotService | None
+    settings: Settings | None
     tmpdir: tempfile.TemporaryDirectory | None
+    replay_engine: SpeculativeEngine | None = None
+    loop_span: int = 0
 
     @property
     def engine(self) -> SpeculativeEngine:
-        assert self.service.engine is not None
-        return self.service.engine
+        """The decoding engine (models loaded)."""
+        engine = self.replay_engine or (self.service.engine if self.service else None)
+        assert engine is not None, "the eval set-up was built without models"
+        return engine
 
     def close(self) -> None:
         if self.tmpdir is not None:
@@ -62,6 +83,10 @@ def build_setup(corpus: Path | None, data_dir: Path | None, *, load_models: bool
     The settings come from ``COPILOT_*`` like the service's; ``draft_model`` overrides
     the configured draft model. Converted models stay cached where the service keeps them.
     """
+    from copilot.config import Settings
+    from copilot.service import CopilotService
+    from ingestion.pipeline import ingest_paths
+
     base = Settings(**({"draft_model": draft_model} if draft_model is not None else {}))
     tmp = None
     if data_dir is None:
@@ -72,7 +97,31 @@ def build_setup(corpus: Path | None, data_dir: Path | None, *, load_models: bool
     if corpus is not None:
         report = ingest_paths([corpus], service.store, progress=False).to_dict()
         log.info("corpus %s: %s", corpus, report["counts"])
-    return EvalSetup(service, settings, tmp)
+    return EvalSetup(service, settings, tmp, loop_span=settings.loop_span if settings.loop_stop else 0)
+
+
+def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft_model: str | None = None,
+                 model_dir: Path = Path(".opscopilot/models")) -> EvalSetup:
+    """The engine for replaying saved cases: the target named in the cases file (``meta``
+    from :func:`load_cases`) on ``device``/``dtype``, with no store.
+
+    Args:
+        draft_model: a draft model id/path or ``derived:...`` spec (default: the file's).
+        model_dir: where the embedded model is dequantized and cached.
+    Raises:
+        decoding.models.ModelLoadError: the target or draft cannot be loaded.
+    """
+    from decoding.derived_draft import DERIVED_PREFIX, derive_draft
+    from decoding.models import load_model
+
+    target = load_model(meta["target_model"], device=device, dtype=dtype, cache_dir=model_dir)
+    spec = draft_model if draft_model is not None else meta.get("draft_model")
+    draft = None
+    if spec:
+        draft = (derive_draft(target, spec) if spec.startswith(DERIVED_PREFIX)
+                 else load_model(spec, device=device, dtype=dtype, cache_dir=model_dir))
+    engine = SpeculativeEngine(target, draft)
+    return EvalSetup(None, None, None, replay_engine=engine, loop_span=int(meta.get("loop_span", 0)))
 
 
 def build_cases(setup: EvalSetup, questions: list[Question], max_new_tokens: int) -> list[Case]:
@@ -86,9 +135,41 @@ def build_cases(setup: EvalSetup, questions: list[Question], max_new_tokens: int
     return cases
 
 
+def save_cases(cases: list[Case], path: Path, setup: EvalSetup, max_new_tokens: int) -> None:
+    """Write ``cases`` (prompt and context token ids as the service builds them) and what is
+    needed to replay them — target model, draft model, loop span, token budget — as JSON."""
+    settings = setup.settings
+    meta = {"format": CASES_FORMAT, "target_model": settings.target_model if settings else setup.engine.target.name,
+            "draft_model": settings.draft_model if settings else None, "loop_span": setup.loop_span,
+            "max_new_tokens": max_new_tokens}
+    rows = [{"question": asdict(c.question), "prompt_ids": c.prompt_ids, "context_ids": c.context_ids,
+             "retrieved_doc_ids": c.retrieved_doc_ids} for c in cases]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"meta": meta, "cases": rows}))
+
+
+def load_cases(path: Path) -> tuple[dict, list[Case]]:
+    """Read a file written by :func:`save_cases`: ``(meta, cases)``.
+
+    Raises:
+        ValueError: not a cases file, or of another format version (the message says which).
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        meta, rows = data["meta"], data["cases"]
+        if meta.get("format") != CASES_FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}, expected {CASES_FORMAT}")
+        cases = [Case(Question(**r["question"]), [int(t) for t in r["prompt_ids"]],
+                      [[int(t) for t in c] for c in r["context_ids"]], list(r.get("retrieved_doc_ids", [])))
+                 for r in rows]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not an eval cases file ({exc})") from exc
+    return meta, cases
+
+
 def hardware_summary(setup: EvalSetup) -> dict:
     """Where the eval ran: CPU/GPU, threads, torch version, model, dtype."""
-    target = setup.engine.target if setup.service.engine else None
+    target = setup.engine.target if (setup.replay_engine or (setup.service and setup.service.engine)) else None
     device = target.device if target else torch.device("cpu")
     info = {
         "platform": platform.platform(),

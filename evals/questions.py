@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parent / "data" / "questions.jsonl"
 DEFAULT_CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
@@ -53,8 +56,8 @@ def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[Question]:
     return out
 
 
-def quick_subset(questions: list[Question], n: int) -> list[Question]:
-    """``n`` questions spread evenly over the file (deterministic)."""
+def quick_subset(questions: list[T], n: int) -> list[T]:
+    """``n`` questions (or eval cases) spread evenly over the file (deterministic)."""
     if len(questions) <= n:
         return questions
     step = len(questions) / n
