@@ -1,4 +1,7 @@
-"""The ``copilot`` command line: ingest, ask, serve, documents, config, eval."""
+"""The ``copilot`` command line: ingest, ask, serve, documents, config, eval.
+
+``python -m ingestion`` runs :func:`ingest` itself (one ingest command, one set of settings).
+"""
 
 from __future__ import annotations
 
@@ -14,8 +17,11 @@ from pydantic_settings import SettingsError
 from rich.console import Console
 
 from copilot.config import Settings
+from ingestion.report import EXIT_CODES_HELP, EXIT_USAGE
 
 app = typer.Typer(help="OpsCopilot: answers over operations logbooks and tickets, with citations.",
+                  epilog=EXIT_CODES_HELP + " Other commands: 0 success, 1 failure (e.g. no such document), "
+                  "2 bad usage or configuration.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 documents_app = typer.Typer(help="List or delete stored documents.", no_args_is_help=True)
 app.add_typer(documents_app, name="documents")
@@ -46,11 +52,9 @@ def _settings() -> Settings:
 
 
 def _store(settings: Settings):
-    from ingestion.embedding import Embedder
-    from ingestion.store import ChunkStore
+    from ingestion.store import open_store
 
-    return ChunkStore(settings.data_dir, chroma_url=settings.chroma_url, collection=settings.collection,
-                      embedder=Embedder(settings.embedding_model))
+    return open_store(settings)
 
 
 @app.callback()
@@ -59,30 +63,32 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logg
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ingest"),
            prune: bool = typer.Option(False, help="delete documents whose source file is gone"),
-           report: Optional[Path] = typer.Option(None, help="write the per-file report as JSON here")) -> None:
-    """Ingest logbooks and ticket exports (idempotent: unchanged documents are skipped)."""
-    from ingestion.pipeline import ingest_paths
+           report: Optional[Path] = typer.Option(None, help="write the per-file report as JSON here (also when "
+                                                 "the run cannot happen: 'error' says why)")) -> None:
+    """Ingest logbooks and ticket exports (idempotent: unchanged documents are skipped).
+
+    Prints the files per status as JSON. A bad record fails alone, listed in the report with its line or index.
+
+    Named pipes, sockets and devices are skipped, never opened. `python -m ingestion` runs this same command.
+    """
+    from ingestion.pipeline import run_ingest
 
     settings = _settings()
-    missing = [str(p) for p in paths if not p.exists()]
+    missing = [str(p) for p in paths if not os.path.lexists(p)]
     if missing:
-        err.print(f"[red]no such file or folder: {', '.join(missing)}[/red]")
-        raise typer.Exit(2)
-    result = ingest_paths(list(paths), _store(settings), prune=prune)
-    data = result.to_dict()
-    if report:
-        try:
-            report.parent.mkdir(parents=True, exist_ok=True)
-            report.write_text(json.dumps(data, indent=2))
-        except OSError as exc:
-            err.print(f"[red]cannot write the report to {report}: {exc.strerror or exc}[/red]", highlight=False)
-            raise typer.Exit(2) from exc
-    console.print_json(json.dumps(data.get("counts", {})))
-    if data.get("counts", {}).get("failed"):
-        raise typer.Exit(1)
+        err.print(f"[red]no such file or folder: {', '.join(missing)}[/red]", highlight=False)
+        raise typer.Exit(EXIT_USAGE)
+    outcome = run_ingest(list(paths), settings, prune=prune, report_file=report)
+    if outcome.report.error:
+        where = f" (report: {report})" if report else ""
+        err.print(f"copilot ingest: {outcome.report.error}{where}", highlight=False, markup=False, soft_wrap=True)
+    else:
+        data = outcome.report.to_dict()
+        console.print_json(json.dumps({**data["counts"], "failed_records": data["failed_records"]}))
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -98,7 +104,7 @@ def ask(question: str = typer.Argument(..., help="the question"),
     """Answer a question, streaming to the terminal, then list the sources."""
     from copilot.prompting import PromptTooLongError
     from copilot.filters import Filters
-    from copilot.service import CopilotService
+    from copilot.service import AnswerAssembler, CopilotService
 
     try:
         filters = Filters(doc_types=doc_type or [], source=source, ticket_key=key, since=since, until=until)
@@ -116,10 +122,9 @@ def ask(question: str = typer.Argument(..., help="the question"),
     except (ValueError, PromptTooLongError) as exc:
         err.print(f"[red]{exc}[/red]", highlight=False)
         raise typer.Exit(2)
-    result = None
+    assembler = AnswerAssembler(prepared)
     for event in service.stream(prepared):
-        console.print(event.delta, end="", soft_wrap=True, highlight=False, markup=False)
-        result = event.result or result
+        console.print(assembler.add(event), end="", soft_wrap=True, highlight=False, markup=False)
     console.print()
     if not prepared.prompt.sources:
         err.print("no sources: the store is empty or nothing matched")
@@ -128,8 +133,8 @@ def ask(question: str = typer.Argument(..., help="the question"),
         console.print(f"[{src.n}] {src.doc_id}  {title}", highlight=False, markup=False, soft_wrap=True)
         for line in src.highlights:
             console.print(f"      > {line}", highlight=False, markup=False, soft_wrap=True)
-    if show_stats and result is not None:
-        console.print_json(json.dumps(result.stats.to_dict()))
+    if show_stats:
+        console.print_json(json.dumps(assembler.answer().stats))
 
 
 @app.command()
@@ -143,12 +148,17 @@ def serve(host: Optional[str] = typer.Option(None, help="bind address (default f
 
     settings = _settings()
     if ingest_if_empty is not None:
+        from ingestion.errors import StoreLockedError
+        from ingestion.pipeline import ingest_paths
+
         store = _store(settings)
         if store.count_chunks() == 0:
-            from ingestion.pipeline import ingest_paths
-
             console.print(f"store is empty: ingesting {ingest_if_empty}")
-            ingest_paths([ingest_if_empty], store)
+            try:
+                ingest_paths([ingest_if_empty], store)
+            except StoreLockedError as exc:  # someone is already filling it: serve what is there
+                err.print(f"not ingesting {ingest_if_empty}: {exc}", highlight=False, markup=False, soft_wrap=True)
+        store.close()
     host, port = host or settings.host, port or settings.port
     example = (f"curl -s {host}:{port}/v1/ask -H 'content-type: application/json' "
                "-d '{\"question\": \"How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?\"}'")

@@ -18,9 +18,10 @@ from copilot.sources import Source, group_by_document, with_highlights
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.derived_draft import DERIVED_PREFIX, derive_draft
 from decoding.engine import GenerationResult
+from decoding.stats import GenerationStats
 from decoding.models import LoadedModel, load_model
 from ingestion.documents import SearchFilter
-from ingestion.store import ChunkStore
+from ingestion.store import ChunkStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,48 @@ class Answer:
     invalid_citations: list[int] = field(default_factory=list)
 
 
+@dataclass
+class AnswerAssembler:
+    """Folds the :class:`AnswerEvent` stream of one prepared question into its
+    :class:`Answer` — the one place that does, for the API, the CLI and the evals.
+
+    Attributes:
+        text: the answer text so far (deltas add up to the final text).
+        result: the engine's result once the last event arrived (``None`` until then, and
+            for good when the stream was stopped early).
+    """
+
+    prepared: Prepared
+    text: str = ""
+    result: GenerationResult | None = None
+    invalid_citations: list[int] = field(default_factory=list)
+
+    def add(self, event: AnswerEvent) -> str:
+        """Take one event; returns its text delta."""
+        self.text += event.delta
+        if event.result is not None:
+            self.result = event.result
+            self.invalid_citations = event.invalid_citations
+        return event.delta
+
+    def answer(self, stopped_reason: str = "cancelled") -> Answer:
+        """The answer so far. Its ``stats``: the engine's statistics plus ``retrieval_ms``,
+        ``finish_reason``, ``invalid_citations`` and ``no_context: true`` when nothing was
+        retrieved; ``finish_reason`` is ``stopped_reason`` when the stream ended before its
+        result (a client that left, an interrupted job)."""
+        prompt = self.prepared.prompt
+        if self.result is not None:
+            stats, reason = self.result.stats.to_dict(), self.result.finish_reason
+        else:
+            stats, reason = {"prompt_tokens": len(prompt.input_ids)}, stopped_reason
+        if not prompt.sources:
+            stats["no_context"] = True
+        stats["retrieval_ms"] = round(self.prepared.retrieval_ms, 2)
+        stats["finish_reason"] = reason
+        stats["invalid_citations"] = self.invalid_citations
+        return Answer(self.text, prompt.sources, stats, reason, cited_numbers(self.text), self.invalid_citations)
+
+
 def load_draft(settings: Settings, target: LoadedModel) -> LoadedModel | None:
     """The configured draft model: none, one derived from the target, or any HF id/path."""
     if not settings.draft_model:
@@ -93,8 +136,7 @@ class CopilotService:
         """Open the store and load the target (and draft) model as configured."""
         if settings.torch_threads:
             torch.set_num_threads(settings.torch_threads)
-        store = ChunkStore(settings.data_dir, chroma_url=settings.chroma_url, collection=settings.collection,
-                           embedder=_embedder(settings))
+        store = open_store(settings)
         engine = None
         if load_models:
             target = load_model(settings.target_model, device=settings.device, dtype=settings.dtype,
@@ -192,10 +234,14 @@ class CopilotService:
 
         Deltas and the result's text have their citations checked (:mod:`copilot.citations`):
         a ``[n]`` naming no source is removed. With no sources (empty store or nothing
-        matched) a fixed no-context answer is streamed without running the model.
+        matched) the fixed no-context answer is the result, without running the model
+        (its ``token_ids`` are the answer's tokens, ``finish_reason`` ``stop``).
         """
         if not prepared.prompt.sources:
-            yield AnswerEvent(NO_CONTEXT_ANSWER)
+            ids = self.engine.target.tokenizer(NO_CONTEXT_ANSWER, add_special_tokens=False)["input_ids"]
+            stats = GenerationStats(prompt_tokens=len(prepared.prompt.input_ids), new_tokens=len(ids),
+                                    finish_reason="stop")
+            yield AnswerEvent(NO_CONTEXT_ANSWER, GenerationResult(ids, NO_CONTEXT_ANSWER, "stop", stats))
             return
         citations = CitationFilter(len(prepared.prompt.sources))
         for event in self.engine.stream(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids,
@@ -210,22 +256,11 @@ class CopilotService:
 
     def answer(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Answer:
         """Decode to completion (see :meth:`stream`)."""
-        text, stats, reason, invalid = "", {}, "stop", []
+        assembler = AnswerAssembler(prepared)
         for event in self.stream(prepared, cancel):
-            text += event.delta
-            if event.result is not None:
-                stats = event.result.stats.to_dict()
-                reason = event.result.finish_reason
-                invalid = event.invalid_citations
-        stats["retrieval_ms"] = round(prepared.retrieval_ms, 2)
-        return Answer(text, prepared.prompt.sources, stats, reason, cited_numbers(text), invalid)
+            assembler.add(event)
+        return assembler.answer()
 
     def ask(self, question: str, **kwargs) -> Answer:
         """Retrieve, prompt and decode in one call (keyword arguments as :meth:`prepare`)."""
         return self.answer(self.prepare(question, **kwargs))
-
-
-def _embedder(settings: Settings):
-    from ingestion.embedding import Embedder
-
-    return Embedder(settings.embedding_model)

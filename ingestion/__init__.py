@@ -1,8 +1,10 @@
 """Ingestion: logbooks and tickets in, chunks with stable ids and metadata out, stored idempotently.
 
 Public entry points: :func:`ingestion.loaders.load_file`, :class:`ingestion.store.ChunkStore`,
-:class:`ingestion.embedding.Embedder`, :func:`ingestion.pipeline.ingest_paths` and
-:func:`ingestion.pipeline.run_cli_ingest`. Heavy dependencies (torch, chromadb) are
+:class:`ingestion.embedding.Embedder`, :func:`ingestion.store.open_store` (the store the
+settings describe), :func:`ingestion.pipeline.ingest_paths` and :func:`ingestion.pipeline.run_ingest`
+(the body of ``copilot ingest``; ``python -m ingestion`` runs that same command).
+Heavy dependencies (torch, chromadb) are
 imported only by the modules that need them.
 """
 

@@ -1,38 +1,26 @@
-"""``python -m ingestion PATH... [--data-dir DIR] [--prune] [--report FILE.json] [--chroma-url URL]``.
+"""``python -m ingestion PATH... [--prune] [--report FILE.json]``: the ``copilot ingest`` command itself.
 
-Same behaviour as ``copilot ingest``; exit code from :func:`ingestion.pipeline.run_cli_ingest`.
+There is one ingest command: this entry point runs :func:`copilot.cli.ingest` with the same
+settings (``COPILOT_*`` variables, ``.env``, ``COPILOT_CONFIG_FILE``), options, output and
+exit codes (see ``python -m ingestion --help``). The ingestion package itself never imports
+:mod:`copilot`; only this entry point does, when run.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
 import sys
-from pathlib import Path
-
-from ingestion.pipeline import run_cli_ingest
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, configure logging, run the ingest; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m ingestion", description="Ingest logbooks and tickets.")
-    parser.add_argument("paths", nargs="+", type=Path)
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("COPILOT_DATA_DIR", ".opscopilot")))
-    parser.add_argument("--prune", action="store_true")
-    parser.add_argument("--report", type=Path, default=None)
-    parser.add_argument("--chroma-url", default=None)
-    parser.add_argument("--collection", default="opscopilot")
-    parser.add_argument("--model", default=None, help="embedding model id or path (default: embedded MiniLM)")
-    parser.add_argument("--max-chunk-tokens", type=int, default=None)
-    parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_cli_ingest(args.paths, args.data_dir, args.prune, args.report, args.chroma_url,
-                          collection=args.collection, embedding_model=args.model,
-                          max_chunk_tokens=args.max_chunk_tokens, progress=False if args.no_progress else None)
+    """Run ``copilot ingest`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    from copilot.cli import app
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        app(args=["ingest", *args], prog_name="python -m ingestion")
+    except SystemExit as exc:  # click ends every run with sys.exit(code)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
 
 
 if __name__ == "__main__":

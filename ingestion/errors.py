@@ -23,9 +23,24 @@ class ParseError(LoaderError):
     """The file looks like a supported format but is malformed (truncated JSON, bad CSV ...)."""
 
 
+class RecordError(LoaderError):
+    """One record of a file (a ticket, an entry, a line) is unusable: an empty or blank key,
+    a malformed entry. Only that record fails; it is reported with its position and this reason
+    (see :meth:`ingestion.loaders.base.DocumentBuilder.record`)."""
+
+
 class StoreError(IngestError):
     """The chunk store is unusable (unreachable server, model mismatch, locked)."""
 
 
 class StoreLockedError(StoreError):
-    """Another ingest run holds the store's ingest lock."""
+    """Another ingest run holds the store's ingest lock.
+
+    Attributes:
+        holder: what the lock file records about the holder (``pid``, ``host``, ``started``),
+            empty when it records nothing readable.
+    """
+
+    def __init__(self, message: str, holder: dict | None = None) -> None:
+        super().__init__(message)
+        self.holder = dict(holder or {})

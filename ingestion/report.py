@@ -6,8 +6,26 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: Exit codes of ``copilot ingest`` (and ``python -m ingestion``, which runs it).
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_LOCKED = 3
+EXIT_STORE = 4
+
+#: The exit codes as ``copilot --help`` and ``copilot ingest --help`` list them.
+EXIT_CODES_HELP = (
+    "Exit codes of copilot ingest: "
+    f"{EXIT_OK} every file indexed, unchanged or skipped; "
+    f"{EXIT_FAILED} some files or records failed (see the report); "
+    f"{EXIT_USAGE} bad usage or configuration (no such path, invalid settings, report not writable); "
+    f"{EXIT_LOCKED} another ingest holds the store's lock (its pid and host are named; nothing changed; re-run later); "
+    f"{EXIT_STORE} the store is unusable or failed mid-run (re-run to resume)."
+)
+
+
 #: Allowed per-file statuses.
-FILE_STATUSES = ("indexed", "unchanged", "skipped-empty", "failed")
+FILE_STATUSES = ("indexed", "unchanged", "skipped-empty", "skipped", "failed")
 
 
 @dataclass
@@ -18,8 +36,10 @@ class FileReport:
         path: the file as found on disk.
         source: the source path stored in doc ids (relative to the ingest root).
         status: ``indexed`` (something written or deleted), ``unchanged``, ``skipped-empty``
-            (empty, whitespace-only, or no documents) or ``failed`` (``reason`` says why;
-            its previously stored documents are left untouched).
+            (empty, whitespace-only, or no documents), ``skipped`` (not a regular file -- a
+            named pipe, socket, device or broken symlink -- or the same file as another entry;
+            never opened; ``reason`` says which) or ``failed`` (``reason`` says why; its
+            previously stored documents are left untouched).
         documents / chunks: documents and chunks the file has in the store after the run.
         written_documents / written_chunks: re-embedded this run.
         deleted_documents: removed this run (vanished entries with ``--prune``, superseded ids).
@@ -39,6 +59,7 @@ class FileReport:
     deleted_documents: int = 0
     kept_vanished: int = 0
     warnings: list[str] = field(default_factory=list)
+    failed_records: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -50,6 +71,8 @@ class IngestReport:
         chunks_per_s: chunks written per second of wall time (0 when nothing was written).
         pruned_documents: documents deleted because their source file is gone (``--prune``).
         recovered_documents: documents found mid-write from an interrupted run.
+        error: why the run did not happen or did not complete (e.g. another ingest holds
+            the store's lock); None when it ran to the end.
     """
 
     files: list[FileReport] = field(default_factory=list)
@@ -57,6 +80,7 @@ class IngestReport:
     pruned_documents: int = 0
     recovered_documents: int = 0
     embed_s: float = 0.0
+    error: str | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -85,14 +109,21 @@ class IngestReport:
         return self.chunks_written / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     @property
+    def failed_records(self) -> int:
+        """Records not stored, over all files."""
+        return sum(len(f.failed_records) for f in self.files)
+
+    @property
     def ok(self) -> bool:
-        """True when no file failed."""
-        return self.counts["failed"] == 0
+        """True when the run completed and no file and no record failed."""
+        return self.error is None and self.counts["failed"] == 0 and self.failed_records == 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (what ``--report FILE.json`` writes)."""
         return {
             "counts": self.counts,
+            "failed_records": self.failed_records,
+            "error": self.error,
             "documents": sum(f.documents for f in self.files),
             "chunks": sum(f.chunks for f in self.files),
             "documents_written": self.documents_written,

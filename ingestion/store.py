@@ -20,17 +20,20 @@ state of one clean run.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import hashlib
+import json
 import logging
 import os
+import socket
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ingestion.chunking import CHUNKER_VERSION, Chunker
 from ingestion.documents import Chunk, Document, ScoredChunk, SearchFilter, make_chunk_id
@@ -62,6 +65,8 @@ class WriteBatch:
     deletes: list[str] = field(default_factory=list)
     files: list[FileRecord] = field(default_factory=list)
     forget_files: list[str] = field(default_factory=list)
+    #: (doc_id, source_abs): unchanged documents whose file now lives at another absolute path
+    relocate: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def n_chunks(self) -> int:
@@ -70,7 +75,7 @@ class WriteBatch:
 
     def is_empty(self) -> bool:
         """True when applying would change nothing."""
-        return not (self.writes or self.deletes or self.files or self.forget_files)
+        return not (self.writes or self.deletes or self.files or self.forget_files or self.relocate)
 
 
 @dataclass(frozen=True)
@@ -143,18 +148,34 @@ class ChunkStore:
     def ingest_lock(self) -> Iterator[None]:
         """Hold the exclusive ingest lock (a ``flock``, released by the OS if the process dies).
 
+        The holder writes its pid, host name and start time (JSON) into ``ingest.lock``, so a
+        second run can say who holds it.
+
         Raises:
-            StoreLockedError: another ingest run holds it.
+            StoreLockedError: another ingest run holds it; ``holder`` has what the lock file
+                records (pid, host, started) and the message names them.
         """
         path = self.data_dir / "ingest.lock"
         with open(path, "a+") as handle:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as exc:
-                raise StoreLockedError(f"another ingest is running on {self.data_dir}") from exc
+                holder = _read_lock_holder(handle)
+                raise StoreLockedError(f"another ingest is running on {self.data_dir} "
+                                       f"({_describe_holder(holder)}); retry when it has finished",
+                                       holder) from exc
             try:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}))
+                handle.flush()
                 yield
             finally:
+                with contextlib.suppress(OSError):
+                    handle.seek(0)
+                    handle.truncate()
+                    handle.flush()
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def close(self) -> None:
@@ -234,6 +255,7 @@ class ChunkStore:
                     self.lexical.insert_chunks(chunks)
                     self.manifest.upsert(self._record(w) for w in batch.writes)
                     self.manifest.delete(deletes)
+                    self.manifest.relocate(batch.relocate)
                     self.manifest.forget_files(sources_abs=batch.forget_files)
                     self.manifest.put_files(batch.files)
                     self.manifest.clear_pending(i[0] for i in intents)
@@ -381,8 +403,74 @@ class ChunkStore:
         except Exception as exc:
             raise StoreError(f"store unreachable: {type(exc).__name__}: {exc}") from exc
 
-    def prunable_documents(self) -> list[str]:
-        """Ids of documents whose source file (absolute path recorded at ingest) no longer exists."""
+    def prunable_documents(self, under: Path | None = None) -> list[str]:
+        """Ids of documents whose source file (absolute path recorded at ingest) no longer exists.
+
+        Args:
+            under: only documents whose recorded file lies under this folder (None: all).
+        """
         with self._lock:
             rows = self.manifest.with_source_abs()
+        if under is not None:
+            rows = [(doc_id, path) for doc_id, path in rows if _is_under(path, under)]
         return [doc_id for doc_id, path in rows if not os.path.exists(path)]
+
+
+def _is_under(path: str, folder: Path) -> bool:
+    """True when the absolute ``path`` lies inside ``folder`` (compared as absolute paths, unresolved)."""
+    return Path(path).is_relative_to(Path(os.path.abspath(folder)))
+
+
+def _read_lock_holder(handle: Any) -> dict[str, Any]:
+    """What the lock file records about its holder (``{}`` when unreadable or empty)."""
+    try:
+        handle.seek(0)
+        data = json.loads(handle.read() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _describe_holder(holder: dict[str, Any]) -> str:
+    """``pid 4242 on host ops-01 since 2026-01-20T06:04:00+00:00`` (what is known of it)."""
+    parts = []
+    if holder.get("pid"):
+        parts.append(f"pid {holder['pid']}")
+    if holder.get("host"):
+        parts.append(f"on host {holder['host']}")
+    if holder.get("started"):
+        parts.append(f"since {holder['started']}")
+    return " ".join(parts) if parts else "holder unknown"
+
+
+class StoreSettings(Protocol):
+    """What :func:`open_store` reads from a settings object (e.g. :class:`copilot.config.Settings`)."""
+
+    data_dir: Path
+    chroma_url: str | None
+    collection: str
+    embedding_model: str | None
+
+
+def open_store(settings: StoreSettings, *, embedder: Embedder | None = None,
+               max_chunk_tokens: int | None = None) -> "ChunkStore":
+    """Open the chunk store the settings describe: the one place a store is built from settings.
+
+    Used by ``copilot ingest`` (and ``python -m ingestion``, which runs it), the other CLI
+    commands, and the service behind the web API.
+
+    Args:
+        settings: any object with ``data_dir``, ``chroma_url``, ``collection`` and
+            ``embedding_model`` attributes.
+        embedder: an already-built embedder (default: one for ``settings.embedding_model``,
+            loaded lazily on first use).
+        max_chunk_tokens: chunk ceiling in tokens (default: the model's maximum).
+    Raises:
+        StoreError: Chroma unreachable, or the store was built with another embedding model.
+    """
+    if embedder is None:
+        from ingestion import embedding  # looked up at call time, so a substituted Embedder class is honoured
+
+        embedder = embedding.Embedder(settings.embedding_model)
+    return ChunkStore(Path(settings.data_dir), chroma_url=settings.chroma_url or None,
+                      collection=settings.collection, embedder=embedder, max_chunk_tokens=max_chunk_tokens)

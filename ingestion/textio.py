@@ -4,8 +4,10 @@ Order: a byte-order mark wins (UTF-8/16/32); otherwise NUL bytes mean binary;
 otherwise strict UTF-8; otherwise charset-normalizer's detection. Among the
 candidates charset-normalizer finds about equally plausible, a Western European
 code page (cp1252 / ISO-8859-1 / ISO-8859-15, the ELOG default) is preferred, since
-charset-normalizer cannot tell Latin-1 from Latin-2 on short texts. Bytes are never
-dropped: if no encoding decodes the file it is rejected as binary.
+charset-normalizer cannot tell Latin-1 from Latin-2 on short texts. cp1252 and
+ISO-8859-1 decode every byte outside 0x80-0x9F alike, so a file without such bytes is
+reported as ISO-8859-1 (``latin_1``), the standard one; cp1252 only when it has them.
+Bytes are never dropped: if no encoding decodes the file it is rejected as binary.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ def decode_bytes(data: bytes, *, name: str = "<bytes>") -> DecodedText:
         if enc in {chosen.encoding, *chosen.could_be_from_charset}:
             encoding = enc
             break
+    if encoding == "cp1252" and not any(0x80 <= b <= 0x9F for b in data):
+        encoding = "latin_1"  # the same text; ISO-8859-1 is what such a file is
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError:

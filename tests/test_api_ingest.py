@@ -134,8 +134,9 @@ def test_upload_ingest_job(env):
     assert any("failed" in w for w in job["warnings"])
     failed = [f for f in job["report"]["files"] if f["status"] == "failed"]
     assert failed[0]["source"] == "uploaded/broken.json" and failed[0]["reason"]
-    saved = settings.data_dir / "uploads" / job_id / "uploaded"
+    saved = settings.data_dir / "uploads" / "uploaded"  # a stable home: uploads/<folder>/<name>, whatever the job
     assert sorted(p.name for p in saved.iterdir()) == ["broken.json", "facility.elog", "jira_export.json"]
+    assert not (settings.data_dir / "uploads" / ".incoming" / job_id).exists()
     assert store.get_document_info("uploaded/jira_export.json#OPS-101") is not None
     assert store.get_document_info("uploaded/facility.elog#12") is not None
 
@@ -166,26 +167,26 @@ def test_upload_path_traversal_in_file_name_is_neutralised(env):
     job_id = r.json()["id"]
     assert r.json()["files"] == ["evil.log"]
     _wait_job(client, job_id)
-    assert (settings.data_dir / "uploads" / job_id / "evil.log").exists()
+    assert (settings.data_dir / "uploads" / "evil.log").exists()
     assert not (settings.data_dir / "evil.log").exists()
 
 
 def test_documents_paging(env):
     client, settings, store, root, _ = env
     _ingest_tickets(client)
-    total = client.get("/v1/documents").json()["total"]
+    total = client.get("/v1/documents", headers=KEY).json()["total"]
     assert total >= 23
     seen = []
     for offset in range(0, total, 7):
-        page = client.get(f"/v1/documents?offset={offset}&limit=7").json()
+        page = client.get(f"/v1/documents?offset={offset}&limit=7", headers=KEY).json()
         assert page["total"] == total and page["offset"] == offset and page["limit"] == 7
         seen += [d["doc_id"] for d in page["documents"]]
     assert len(seen) == total == len(set(seen))
-    assert client.get(f"/v1/documents?offset={total}").json()["documents"] == []
-    assert client.get("/v1/documents?limit=0").status_code == 422
-    assert client.get("/v1/documents?limit=1001").status_code == 422
-    assert client.get("/v1/documents?offset=-1").status_code == 422
-    doc = next(d for d in client.get("/v1/documents?limit=1000").json()["documents"]
+    assert client.get(f"/v1/documents?offset={total}", headers=KEY).json()["documents"] == []
+    assert client.get("/v1/documents?limit=0", headers=KEY).status_code == 422
+    assert client.get("/v1/documents?limit=1001", headers=KEY).status_code == 422
+    assert client.get("/v1/documents?offset=-1", headers=KEY).status_code == 422
+    doc = next(d for d in client.get("/v1/documents?limit=1000", headers=KEY).json()["documents"]
                if d["doc_id"] == "jira_export.json#OPS-101")
     assert doc["doc_type"] == "jira" and doc["key"] == "OPS-101" and doc["created"].startswith("2026-01-12")
 
@@ -200,13 +201,13 @@ def test_get_and_delete_a_document_whose_id_has_slash_and_hash(env):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     doc_id = "tickets/jira_export.json#OPS-101"
-    total = client.get("/v1/documents").json()["total"]
-    r = client.get("/v1/documents/" + quote(doc_id, safe="/"))
+    total = client.get("/v1/documents", headers=KEY).json()["total"]
+    r = client.get("/v1/documents/" + quote(doc_id, safe="/"), headers=KEY)
     assert r.status_code == 200 and r.json()["doc_id"] == doc_id
     assert r.json()["chunks"] and r.json()["chunks"][0]["chunk_id"] == doc_id + "#0"
     r = client.delete("/v1/documents/" + quote(doc_id, safe="/"), headers=KEY)
     assert r.status_code == 200 and r.json()["deleted"] == doc_id and r.json()["chunks"] >= 1
-    assert client.get("/v1/documents").json()["total"] == total - 1
+    assert client.get("/v1/documents", headers=KEY).json()["total"] == total - 1
     assert store.get_document_chunks(doc_id) == []
     assert client.delete("/v1/documents/" + quote(doc_id, safe="/"), headers=KEY).status_code == 404
     # fully percent-encoded works as well
@@ -215,4 +216,96 @@ def test_get_and_delete_a_document_whose_id_has_slash_and_hash(env):
     # a raw '#' never reaches the server: the hint says how to send it
     r = client.delete("/v1/documents/tickets/jira_export.json", headers=KEY)
     assert r.status_code == 404 and "%23" in r.json()["detail"]
-    assert client.get("/v1/documents").json()["total"] == total - 2
+    assert client.get("/v1/documents", headers=KEY).json()["total"] == total - 2
+
+
+# -- issue #14: uploads update documents; special files never read ----------------------------------
+def _upload(client, files, **data) -> dict:
+    r = client.post("/v1/ingest", headers=KEY, data=data, files=[("files", f) for f in files])
+    assert r.status_code == 202, r.text
+    job = _wait_job(client, r.json()["id"])
+    assert job["status"] == "succeeded", job
+    return job
+
+
+def _records(*pairs) -> bytes:
+    import json
+
+    return "".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in pairs).encode()
+
+
+def test_uploading_a_file_again_replaces_it_when_changed_and_reports_unchanged_when_not(env):
+    client, settings, store, root, _ = env
+    jira = open(os.path.join(CORPUS, "tickets", "jira_export.json"), "rb").read()
+    first = _upload(client, [("tickets.json", jira)], folder="reup")
+    assert [(f["source"], f["status"]) for f in first["report"]["files"]] == [("reup/tickets.json", "indexed")]
+    again = _upload(client, [("tickets.json", jira)], folder="reup")  # identical
+    (entry,) = again["report"]["files"]
+    assert (entry["source"], entry["status"], entry["reason"]) == ("reup/tickets.json", "unchanged", None)
+    assert again["report"]["chunks_written"] == 0
+    edited = jira.replace(b"OPS-101", b"OPS-901", 1)
+    third = _upload(client, [("tickets.json", edited)], folder="reup")
+    (entry,) = third["report"]["files"]
+    assert entry["status"] == "indexed" and entry["written_documents"] >= 1 and entry["reason"] is None
+    assert store.get_document_info("reup/tickets.json#OPS-901") is not None
+    assert store.get_document_info("reup/tickets.json#OPS-101") is not None  # kept: no prune asked
+    # without a folder too
+    assert _upload(client, [("solo.jsonl", _records(("KB-1", "renew cert")))])["report"]["counts"]["indexed"] == 1
+    assert _upload(client, [("solo.jsonl", _records(("KB-1", "renew cert")))])["report"]["counts"]["unchanged"] == 1
+
+
+def test_upload_prune_removes_the_folders_files_that_are_gone(env):
+    client, settings, store, root, _ = env
+    a, b = _records(("A-1", "drain dc-pool-07")), _records(("B-1", "restart the gridftp door"))
+    _upload(client, [("a.jsonl", a), ("b.jsonl", b)], folder="pr")
+    _upload(client, [("c.jsonl", _records(("C-1", "other folder")))], folder="pr/sub")
+    _upload(client, [("b.jsonl", _records(("B-9", "same name, other folder")))], folder="other")
+    job = _upload(client, [("a.jsonl", a)], folder="pr", prune="true")
+    assert job["report"]["files"][0]["status"] == "unchanged" and job["report"]["pruned_documents"] == 1
+    assert store.get_document_info("pr/b.jsonl#B-1") is None
+    assert not (settings.data_dir / "uploads" / "pr" / "b.jsonl").exists()
+    assert store.get_document_info("pr/a.jsonl#A-1") is not None
+    assert store.get_document_info("pr/sub/c.jsonl#C-1") is not None  # a sub-folder is another upload folder
+    assert store.get_document_info("other/b.jsonl#B-9") is not None
+
+
+def test_upload_replaces_documents_stored_from_the_old_per_job_layout(env):
+    client, settings, store, root, _ = env
+    from ingestion.pipeline import ingest_paths
+
+    legacy = settings.data_dir / "uploads" / ("0" * 32)
+    (legacy / "legacy").mkdir(parents=True)
+    (legacy / "legacy" / "kb.jsonl").write_bytes(_records(("L-1", "old layout"), ("L-2", "kept")))
+    ingest_paths([legacy / "legacy" / "kb.jsonl"], store, progress=False, root=legacy)
+    assert store.get_document_info("legacy/kb.jsonl#L-1") is not None
+    job = _upload(client, [("kb.jsonl", _records(("L-1", "old layout"), ("L-3", "new")))], folder="legacy")
+    (entry,) = job["report"]["files"]
+    assert entry["status"] == "indexed" and entry["written_documents"] == 1, entry
+    assert store.get_document_info("legacy/kb.jsonl#L-3") is not None
+
+
+def test_upload_folder_that_crosses_an_uploaded_file_is_a_409(env):
+    client, settings, store, root, _ = env
+    _upload(client, [("c.log", b"2026-01-20 06:04 [OPS] note\n")], folder="conf")
+    r = client.post("/v1/ingest", headers=KEY, data={"folder": "conf/c.log"}, files=[("files", ("x.log", b"x"))])
+    assert r.status_code == 409 and "crosses the uploaded file" in r.json()["detail"]
+    r = client.post("/v1/ingest", headers=KEY, files=[("files", ("conf", b"x"))])
+    assert r.status_code == 409 and "is an upload folder" in r.json()["detail"]
+
+
+def test_server_side_folder_with_a_named_pipe_skips_it(env):
+    client, settings, store, root, _ = env
+    folder = root / "pipes"
+    folder.mkdir()
+    (folder / "ops.log").write_text("2026-01-20 06:04 [OPS] restarted xrootd on dc-door-02\n")
+    os.mkfifo(folder / "pipe.log")
+    r = client.post("/v1/ingest", json={"path": "pipes"}, headers=KEY)
+    assert r.status_code == 202, r.text
+    job = _wait_job(client, r.json()["id"])  # bounded: a job blocked on the pipe fails the test
+    assert job["status"] == "succeeded", job
+    files = {f["source"]: (f["status"], f["reason"]) for f in job["report"]["files"]}
+    assert files["ops.log"][0] == "indexed"
+    assert files["pipe.log"] == ("skipped", "a named pipe (FIFO), not a regular file: never opened")
+    r = client.post("/v1/ingest", json={"path": "pipes/pipe.log"}, headers=KEY)  # named directly
+    job = _wait_job(client, r.json()["id"])
+    assert [(f["status"], f["source"]) for f in job["report"]["files"]] == [("skipped", "pipe.log")]

@@ -155,3 +155,90 @@ def test_ingest_command_reports_and_is_idempotent(tmp_path, monkeypatch, embedde
     assert result.exit_code == 0 and json.loads(result.stdout)["unchanged"] == 2
     result = runner.invoke(app, ["ingest", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "no such file" in result.output
+
+
+# -- issue #14: one ingest command, its exit codes, special files, a held lock ----------------------
+def _flat(text: str) -> str:
+    return " ".join(text.replace("│", " ").split())
+
+
+def test_help_documents_the_ingest_exit_codes():
+    for args in (["--help"], ["ingest", "--help"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        text = _flat(result.stdout)
+        for code in ("0 every file indexed, unchanged or skipped", "1 some files or records failed",
+                     "2 bad usage or configuration", "3 another ingest holds the store's lock",
+                     "4 the store is unusable or failed mid-run"):
+            assert code in text, (args, code)
+
+
+def _subprocess_env(**extra: str) -> dict:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COPILOT_")}
+    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO_ROOT), **extra)
+    return env
+
+
+REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+COPILOT = [str(__import__("pathlib").Path(__import__("sys").executable).parent / "copilot")]
+PYTHON_M_INGESTION = [__import__("sys").executable, "-m", "ingestion"]
+
+
+@pytest.mark.slow
+def test_second_concurrent_ingest_says_who_holds_the_lock_in_one_line(tmp_path):
+    """Both entry points (one code path, the same settings: env or config file) refuse with exit 3,
+    one line naming the holder's pid and host, no traceback, and still write the report."""
+    import os
+    import socket
+    import subprocess
+
+    from ingestion.embedding import Embedder
+    from ingestion.store import ChunkStore
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "ops.log").write_text("2026-01-20 06:04 [OPS] restarted xrootd on dc-door-02\n")
+    data = tmp_path / "data"
+    config = tmp_path / "copilot.toml"
+    config.write_text(f'data_dir = "{data}"\n')
+    store = ChunkStore(data, embedder=Embedder())  # the model is never loaded: nothing is embedded
+    runs = [(COPILOT + ["ingest", str(folder), "--report", str(tmp_path / "r1.json")],
+             _subprocess_env(COPILOT_DATA_DIR=str(data)), tmp_path / "r1.json"),
+            (PYTHON_M_INGESTION + [str(folder), "--report", str(tmp_path / "r2.json")],
+             _subprocess_env(COPILOT_CONFIG_FILE=str(config)), tmp_path / "r2.json")]
+    with store.ingest_lock():  # the first ingest: this process holds the store's lock
+        for cmd, env, report in runs:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+            assert proc.returncode == 3, (cmd, proc.stdout, proc.stderr[-2000:])
+            assert "Traceback" not in proc.stderr and "StoreLockedError" not in proc.stderr
+            lines = [line for line in proc.stderr.splitlines() if "another ingest" in line]
+            assert len(lines) == 1, proc.stderr[-2000:]
+            assert f"pid {os.getpid()} on host {socket.gethostname()}" in lines[0] and str(data) in lines[0]
+            assert proc.stdout.strip() == ""
+            written = json.loads(report.read_text())
+            assert "another ingest is running" in written["error"] and written["files"] == []
+    assert store.count_documents() == 0
+    store.close()
+
+
+@pytest.mark.slow
+def test_cli_ingest_of_a_folder_with_a_named_pipe_finishes_and_skips_it(tmp_path):
+    import os
+    import subprocess
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "ops.log").write_text("2026-01-20 06:04 [OPS] restarted xrootd on dc-door-02\n")
+    os.mkfifo(folder / "pipe.log")
+    report = tmp_path / "report.json"
+    proc = subprocess.run(COPILOT + ["ingest", str(folder), "--report", str(report)], capture_output=True,
+                          text=True, timeout=300, env=_subprocess_env(COPILOT_DATA_DIR=str(tmp_path / "data")),
+                          cwd=tmp_path)  # a hang would be a TimeoutExpired failure, never a stuck suite
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["skipped"] == 1
+    files = {f["source"]: f for f in json.loads(report.read_text())["files"]}
+    assert files["ops.log"]["status"] == "indexed"
+    assert (files["pipe.log"]["status"], files["pipe.log"]["reason"]) == (
+        "skipped", "a named pipe (FIFO), not a regular file: never opened")

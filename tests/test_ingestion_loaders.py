@@ -67,9 +67,13 @@ def test_elog_latin1_is_decoded_not_dropped():
     assert doc.metadata["encoding"] == result.encoding
 
 
-def test_elog_missing_separator_is_a_parse_error():
-    with pytest.raises(ParseError, match="MID 3"):
-        load_bytes(b"$@MID@$: 3\nDate: Thu, 08 Jan 2026 03:17:44 +0100\nSubject: x\nbody without separator\n", "x.elog")
+def test_elog_missing_separator_fails_that_entry_only():
+    raw = (b"$@MID@$: 3\nDate: Thu, 08 Jan 2026 03:17:44 +0100\nSubject: x\nbody without separator\n"
+           b"$@MID@$: 4\nSubject: fine\n" + b"=" * 40 + b"\nrestarted the door\n")
+    result = load_bytes(raw, "x.elog")
+    assert [d.metadata["key"] for d in result.documents] == ["4"]
+    (failure,) = result.failures
+    assert failure.where == "line 1" and "MID 3" in failure.reason
 
 
 # -- shift logs ---------------------------------------------------------------------------
@@ -191,8 +195,10 @@ def test_jsonl_records_and_bad_line():
     assert docs["KB-0001"].metadata["owner"] == '{"team": "storage"}'
     assert docs["KB-0002"].metadata["created"] == "2025-11-03T10:00:00+00:00"
     assert docs["KB-0001"].text.startswith("Draining dCache pools\n")
-    with pytest.raises(ParseError, match="line 2"):
-        load_bytes(b'{"id": "a", "text": "x"}\n{"id": "b", "te', "r.jsonl")
+    result = load_bytes(b'{"id": "a", "text": "x"}\n{"id": "b", "te', "r.jsonl")
+    assert [d.doc_id for d in result.documents] == ["r.jsonl#a"]
+    (failure,) = result.failures
+    assert failure.where == "line 2" and "invalid JSON" in failure.reason
 
 
 def test_text_fallback_and_detection():

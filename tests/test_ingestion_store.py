@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +17,7 @@ from ingestion_helpers import CORPUS, HashEmbedder, copy_corpus, shared_embedder
 
 from ingestion.documents import SearchFilter  # noqa: E402
 from ingestion.errors import StoreError, StoreLockedError  # noqa: E402
-from ingestion.pipeline import IngestProgress, ingest_paths, run_cli_ingest  # noqa: E402
+from ingestion.pipeline import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, IngestProgress, ingest_paths, run_ingest  # noqa: E402
 from ingestion.store import ChunkStore  # noqa: E402
 from ingestion.stores.chroma_store import ChromaStore  # noqa: E402
 
@@ -61,7 +63,7 @@ def jira_ticket(n_paragraphs: int) -> str:
 # -- full corpus with the real model ----------------------------------------------------------
 def test_corpus_ingest_report(corpus_run):
     store, report, _ = corpus_run
-    assert report.counts == {"indexed": 8, "unchanged": 0, "skipped-empty": 0, "failed": 0}
+    assert report.counts == {"indexed": 8, "unchanged": 0, "skipped-empty": 0, "skipped": 0, "failed": 0}
     by_source = {f.source: f for f in report.files}
     assert set(by_source) == {"logbooks/ops.elog", "misc/notes.txt", "postmortems/cvmfs.md", "shiftlogs/noheader.log",
                               "shiftlogs/shift.log", "tickets/ggus.csv", "tickets/jira.json", "tickets/records.jsonl"}
@@ -248,7 +250,7 @@ def test_bad_files_are_reported_and_never_lose_stored_data(hash_store, tmp_path)
     assert status["cut.json"][0] == "failed" and "truncated JSON" in status["cut.json"][1]
     missing = next(f for f in report.files if f.path.endswith("does-not-exist"))
     assert (missing.status, missing.reason) == ("failed", "no such file or directory")
-    assert report.counts == {"indexed": 4, "unchanged": 0, "skipped-empty": 2, "failed": 4}
+    assert report.counts == {"indexed": 4, "unchanged": 0, "skipped-empty": 2, "skipped": 0, "failed": 4}
     assert not report.ok
     (chunk,) = hash_store.get_document_chunks("facility.elog#1")
     assert "Hochdruckstörung Verdichter 1, 27°C" in chunk.text and chunk.metadata["author"] == "Jürgen Müller"
@@ -316,20 +318,26 @@ def test_interrupted_write_is_recovered_in_process(hash_store, tmp_path, monkeyp
     assert sorted(after["chroma"]) == sorted(clean["chroma"])
 
 
-def test_cli_body_report_file_exit_code_and_progress(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr("ingestion.embedding.Embedder", lambda *a, **k: HashEmbedder())
+def _settings(data_dir: Path) -> SimpleNamespace:
+    return SimpleNamespace(data_dir=data_dir, chroma_url=None, collection="opscopilot", embedding_model=None)
+
+
+def test_cli_body_report_file_exit_code_and_progress(tmp_path, caplog):
     src = copy_corpus(tmp_path / "c")
     report_path = tmp_path / "out" / "report.json"
     with caplog.at_level(logging.INFO, logger="ingestion.pipeline"):
-        code = run_cli_ingest([src], tmp_path / "data", False, report_path, None, progress=False)
-    assert code == 0
+        outcome = run_ingest([src], _settings(tmp_path / "data"), report_file=report_path, progress=False,
+                             embedder=HashEmbedder())
+    assert outcome.exit_code == EXIT_OK
     data = json.loads(report_path.read_text())
-    assert data["counts"]["indexed"] == 8 and data["chunks_written"] > 0
+    assert data["counts"]["indexed"] == 8 and data["chunks_written"] > 0 and data["error"] is None
     assert any("[8/8]" in r.getMessage() for r in caplog.records)
     (src / "broken.json").write_text("{")
-    assert run_cli_ingest([src], tmp_path / "data", False, report_path, None, progress=False) == 1
+    outcome = run_ingest([src], _settings(tmp_path / "data"), report_file=report_path, progress=False,
+                         embedder=HashEmbedder())
+    assert outcome.exit_code == EXIT_FAILED
     assert json.loads(report_path.read_text())["counts"] == {"indexed": 0, "unchanged": 8, "skipped-empty": 0,
-                                                             "failed": 1}
+                                                             "skipped": 0, "failed": 1}
     seen: list[IngestProgress] = []
     store = ChunkStore(tmp_path / "data2", embedder=HashEmbedder())
     ingest_paths([src], store, progress=True, on_progress=seen.append)
@@ -337,6 +345,28 @@ def test_cli_body_report_file_exit_code_and_progress(tmp_path, monkeypatch, capl
     with store.ingest_lock():
         with pytest.raises(StoreLockedError):
             ingest_paths([src], store, progress=False)
+    store.close()
+
+
+def test_a_held_lock_names_its_holder_and_the_report_is_still_written(tmp_path):
+    import socket
+
+    src = copy_corpus(tmp_path / "c")
+    store = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
+    report_path = tmp_path / "report.json"
+    with store.ingest_lock():
+        with pytest.raises(StoreLockedError) as info:
+            ingest_paths([src], store, progress=False)
+        assert info.value.holder["pid"] == os.getpid() and info.value.holder["host"] == socket.gethostname()
+        outcome = run_ingest([src], _settings(tmp_path / "data"), report_file=report_path, progress=False,
+                             embedder=HashEmbedder())
+    assert outcome.exit_code == EXIT_LOCKED
+    data = json.loads(report_path.read_text())
+    assert f"pid {os.getpid()} on host {socket.gethostname()}" in data["error"] and data["files"] == []
+    assert store.count_documents() == 0  # nothing was read or written
+    outcome = run_ingest([src], _settings(tmp_path / "data"), report_file=report_path, progress=False,
+                         embedder=HashEmbedder())  # released: the next run goes through
+    assert outcome.exit_code == EXIT_OK and json.loads(report_path.read_text())["error"] is None
     store.close()
 
 

@@ -21,11 +21,9 @@ from typing import Any, AsyncIterator
 from fastapi import HTTPException, Request, status
 
 from copilot.api.metrics import Metrics
-from copilot.citations import cited_numbers
 from copilot.prompting import PromptTooLongError
-from copilot.service import CopilotService, Prepared
+from copilot.service import AnswerAssembler, CopilotService, Prepared
 from copilot.api.worker import DONE, GenerationWorker, Job, QueueFullError
-from decoding.engine import GenerationResult
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +91,8 @@ class GenerationRun:
         self.metrics = metrics
         self.endpoint = endpoint
         self.started = started
-        self.text = ""
-        self.result: GenerationResult | None = None
-        self.invalid_citations: list[int] = []
+        self.assembler: AnswerAssembler | None = None  # from prepared() on
         self.disconnected = False
-        self._prepared: Prepared | None = None
         self._last_check = time.monotonic()
 
     async def _next(self, request: Request, check_disconnect: bool) -> Any:
@@ -140,7 +135,7 @@ class GenerationRun:
         if isinstance(event, _PromptRejected):
             raise _as_http(event.exc)
         assert isinstance(event, _PromptReady), event
-        self._prepared = event.prepared
+        self.assembler = AnswerAssembler(event.prepared)
         return event.prepared
 
     async def deltas(self, request: Request, check_disconnect: bool = True) -> AsyncIterator[str]:
@@ -160,14 +155,10 @@ class GenerationRun:
                 event = await self._next(request, check_disconnect)
                 if event is None or event is DONE:
                     return
-                if event.result is not None:
-                    self.result = event.result
-                    self.invalid_citations = event.invalid_citations
-                if event.delta:
+                if self.assembler.add(event):
                     if first:
                         self.metrics.ttft.labels(self.endpoint).observe(time.perf_counter() - self.started)
                         first = False
-                    self.text += event.delta
                     yield event.delta
         finally:
             self.job.cancel()  # no-op after completion; stops the generation if we were interrupted
@@ -187,25 +178,15 @@ class GenerationRun:
 
     def outcome(self) -> Outcome:
         """The text so far with its statistics (call after :meth:`deltas` ended)."""
-        prepared = self._prepared
-        assert prepared is not None, "call prepared() first"
-        prompt_tokens = len(prepared.prompt.input_ids)
-        if self.result is not None:
-            stats = self.result.stats.to_dict()
-            reason = self.result.finish_reason
-            completion = len(self.result.token_ids)
-        else:
-            reason = "cancelled" if self.disconnected else "stop"
-            completion = self.service.count_tokens(self.text)
-            stats = {"prompt_tokens": prompt_tokens, "new_tokens": completion}
-            if not prepared.prompt.sources:
-                stats["no_context"] = True
-        stats["retrieval_ms"] = round(prepared.retrieval_ms, 2)
+        assembler = self.assembler
+        assert assembler is not None, "call prepared() first"
+        answer = assembler.answer("cancelled" if self.disconnected else "stop")
         if self.job.queue_ms is not None:
-            stats["queue_ms"] = round(self.job.queue_ms, 2)
-        stats["finish_reason"] = reason
-        stats["invalid_citations"] = self.invalid_citations
-        return Outcome(self.text, reason, stats, prompt_tokens, completion, cited_numbers(self.text))
+            answer.stats["queue_ms"] = round(self.job.queue_ms, 2)
+        result = assembler.result
+        completion = len(result.token_ids) if result is not None else self.service.count_tokens(answer.text)
+        return Outcome(answer.text, answer.finish_reason, answer.stats, len(assembler.prepared.prompt.input_ids),
+                       completion, answer.cited)
 
 
 def start(request: Request, service: CopilotService, worker: GenerationWorker, metrics: Metrics, question: str, *,
@@ -238,18 +219,20 @@ def start(request: Request, service: CopilotService, worker: GenerationWorker, m
             emit(_PromptRejected(exc))
             return
         emit(_PromptReady(prepared))
-        result = None
+        assembler = AnswerAssembler(prepared)
         try:
             for event in service.stream(prepared, cancel=cancelled):
                 emit(event)
-                result = event.result or result
+                assembler.add(event)
         except Exception:
             metrics.observe_generation("error")
             raise
-        if result is None:
-            metrics.observe_generation("cancelled" if cancelled() else "no_context")
+        if assembler.result is None:
+            metrics.observe_generation("cancelled")
+        elif not prepared.prompt.sources:
+            metrics.observe_generation("no_context")
         else:
-            metrics.observe_generation(result.finish_reason, result.stats.to_dict())
+            metrics.observe_generation(assembler.result.finish_reason, assembler.result.stats.to_dict())
 
     try:
         job = worker.submit(run, asyncio.get_running_loop())

@@ -2,15 +2,25 @@
 
 Jobs run one at a time on their own thread (never on the generation worker); the
 ingest pipeline's ``on_progress`` callback updates each job's progress, and its report
-is kept with the job. Uploaded files are saved under ``data_dir/uploads/<job-id>/`` and
-ingested from there (they stay: they are the documents' source files, which pruning
-checks). Server-side paths must lie under the configured ingest root: ``..``, absolute
-paths elsewhere and symlinks that lead out are refused with a reason.
+is kept with the job. Server-side paths must lie under the configured ingest root: ``..``,
+absolute paths elsewhere and symlinks that lead out are refused with a reason.
+
+Uploads have a stable home: an uploaded file lives at ``data_dir/uploads/<folder>/<name>``
+and its documents' source is ``<folder>/<name>``, whichever job brought it. The request
+stages the files under ``uploads/.incoming/<job-id>/``; when the job runs (jobs run in
+submission order) they replace the files at their home and are ingested from there. So
+uploading a file again under the same name and folder replaces its documents when it
+changed and reports ``unchanged`` when not; with ``prune``, the other files of that upload
+folder (its files, not its sub-folders) are removed and their documents deleted. The files
+stay: they are the documents' source files, which the fingerprints and pruning check.
+Documents stored from an older layout (``uploads/<job-id>/...``) are replaced by a new
+upload of the same name.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import uuid
@@ -24,6 +34,7 @@ from typing import Any, BinaryIO, Callable, Literal
 from copilot.api.schemas import IngestJobOut, IngestProgressOut
 from ingestion.errors import IngestError
 from ingestion.pipeline import IngestProgress, discover_files, ingest_paths
+from ingestion.report import FileReport
 from ingestion.store import ChunkStore
 
 log = logging.getLogger(__name__)
@@ -134,6 +145,7 @@ class IngestJob:
     files: list[Path]
     root: Path
     prune: bool = False
+    folder: PurePosixPath | None = None  # uploads: the folder their sources are named under
     status: JobStatus = "queued"
     created: datetime = field(default_factory=_now)
     started: datetime | None = None
@@ -170,7 +182,8 @@ class IngestJobManager:
 
     Args:
         store: the chunk store to write to.
-        uploads_dir: where uploaded files go (``<uploads_dir>/<job-id>/``).
+        uploads_dir: where uploaded files live (``<uploads_dir>/<folder>/<name>``; staged in
+            ``<uploads_dir>/.incoming/<job-id>/`` until their job runs).
         max_pending: queued jobs allowed before :meth:`submit` refuses (QueueFullError-like 503).
         keep: finished jobs remembered for ``GET /v1/ingest/{id}`` (oldest forgotten first).
         on_finish: called with each finished job (metrics).
@@ -202,22 +215,32 @@ class IngestJobManager:
         with self._lock:
             return sum(1 for j in self._jobs.values() if j.status in ("queued", "running"))
 
-    def upload_dir(self, job_id: str) -> Path:
-        """``uploads_dir/<job_id>`` (not created)."""
-        return self.uploads_dir / job_id
+    @property
+    def incoming_dir(self) -> Path:
+        """``uploads_dir/.incoming``: staged uploads of jobs not yet run (hidden: never ingested as such)."""
+        return self.uploads_dir / ".incoming"
+
+    def staging_dir(self, job_id: str) -> Path:
+        """``uploads_dir/.incoming/<job_id>`` (not created)."""
+        return self.incoming_dir / job_id
 
     def save_uploads(self, job_id: str, uploads: list[tuple[str, BinaryIO]], folder: PurePosixPath) -> list[Path]:
-        """Copy uploaded files (already size-checked) into the job's upload folder.
+        """Stage uploaded files (already size-checked) for their job; they move to
+        ``uploads_dir/<folder>/<name>`` when it runs.
 
+        Returns:
+            The staged paths (``staging_dir(job_id)/<folder>/<name>``).
         Raises:
-            PathRejectedError: 422 for a bad or duplicate file name, 400 when the filesystem
-                refuses the path (nothing is kept then).
+            PathRejectedError: 422 for a bad or duplicate file name; 409 when the folder
+                crosses an uploaded file or a name is an upload folder; 400 when the
+                filesystem refuses the path (nothing is kept then).
         """
         names = [safe_upload_name(n) for n, _ in uploads]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise PathRejectedError(422, f"duplicate file names in one upload: {', '.join(dupes)}")
-        target = self.upload_dir(job_id) / folder
+        self._check_home(folder, names)
+        target = self.staging_dir(job_id) / folder
         paths = []
         try:
             target.mkdir(parents=True, exist_ok=False)
@@ -227,17 +250,71 @@ class IngestJobManager:
                     shutil.copyfileobj(handle, out, 1 << 20)
                 paths.append(path)
         except OSError as exc:  # e.g. a folder name too long for the filesystem
-            shutil.rmtree(self.upload_dir(job_id), ignore_errors=True)
+            self.discard_uploads(job_id)
             raise PathRejectedError(400, f"cannot store the upload under {str(folder)[:80]!r}: "
                                          f"{exc.strerror or exc}") from exc
         except BaseException:
-            shutil.rmtree(self.upload_dir(job_id), ignore_errors=True)
+            self.discard_uploads(job_id)
             raise
         return paths
 
+    def _check_home(self, folder: PurePosixPath, names: list[str]) -> None:
+        """Refuse (409) a folder that crosses an uploaded file, or a name that is an upload folder."""
+        home = self.uploads_dir
+        for part in folder.parts:
+            home = home / part
+            if os.path.lexists(home) and not home.is_dir():
+                raise PathRejectedError(409, f"upload folder {str(folder)!r} crosses the uploaded file "
+                                             f"{home.relative_to(self.uploads_dir).as_posix()!r}")
+        for name in names:
+            if (home / name).is_dir():
+                raise PathRejectedError(409, f"{(folder / name).as_posix()!r} is an upload folder, not a file; "
+                                             "upload the file under another name or folder")
+
     def discard_uploads(self, job_id: str) -> None:
-        """Remove a job's upload folder (when the request failed before the job started)."""
-        shutil.rmtree(self.upload_dir(job_id), ignore_errors=True)
+        """Remove a job's staged uploads (when the request failed before the job started, or once installed)."""
+        shutil.rmtree(self.staging_dir(job_id), ignore_errors=True)
+        try:
+            self.incoming_dir.rmdir()  # only when empty
+        except OSError:
+            pass
+
+    def _install_uploads(self, job: IngestJob) -> tuple[list[Path], list[FileReport]]:
+        """Move a job's staged files to their home; with ``prune``, remove the upload folder's other files.
+
+        Returns:
+            (the installed paths, ``failed`` report entries for files that could not be moved).
+        """
+        installed: list[Path] = []
+        failed: list[FileReport] = []
+        for staged in job.files:
+            rel = staged.relative_to(job.root)
+            home = self.uploads_dir / rel
+            try:
+                home.parent.mkdir(parents=True, exist_ok=True)
+                if home.is_dir() and not home.is_symlink():
+                    raise IsADirectoryError(21, "an upload folder has this name")
+                os.replace(staged, home)
+            except OSError as exc:
+                failed.append(FileReport(path=str(home), source=rel.as_posix(), status="failed",
+                                         reason=f"cannot store the upload: {exc.strerror or exc}"))
+                continue
+            installed.append(home)
+        self.discard_uploads(job.id)
+        if job.prune:
+            folder = self.uploads_dir / (job.folder or PurePosixPath())
+            keep = {p.name for p in installed} | {Path(f.path).name for f in failed}
+            for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+                if entry.name.startswith(".") or entry.name in keep or entry.is_dir():
+                    continue
+                try:
+                    entry.unlink()  # a file (or link, pipe ...) of this upload folder no longer uploaded
+                    log.info("ingest job %s: removed %s from upload folder %s (prune)", job.id, entry.name, folder)
+                except OSError as exc:
+                    with job.lock:
+                        job.warnings.append(f"could not remove {entry.name} from the upload folder: "
+                                            f"{exc.strerror or exc}")
+        return installed, failed
 
     def submit(self, job: IngestJob) -> IngestJob:
         """Queue ``job``.
@@ -258,22 +335,16 @@ class IngestJobManager:
     def _run(self, job: IngestJob) -> None:
         with job.lock:
             job.status, job.started = "running", _now()
-        root_real = job.root.resolve()
-        files = []
-        for f in job.files:  # re-check: a file may have been swapped for a symlink since the request
-            if f.resolve().is_relative_to(root_real):
-                files.append(f)
-            else:
-                with job.lock:
-                    job.warnings.append(f"skipped {f}: it now leads outside {job.root}")
 
         def progress(p: IngestProgress) -> None:
             with job.lock:
                 job.progress = p
 
         try:
+            files, install_failures, prune_under, supersede_under = self._prepare(job)
             report = ingest_paths(files, self.store, prune=job.prune, progress=False, on_progress=progress,
-                                  root=job.root)
+                                  root=job.root, prune_under=prune_under, supersede_under=supersede_under)
+            report.files.extend(install_failures)
         except IngestError as exc:
             log.warning("ingest job %s failed: %s", job.id, exc)
             with job.lock:
@@ -286,13 +357,32 @@ class IngestJobManager:
             with job.lock:
                 job.report = report.to_dict()
                 job.status = "succeeded"
-                if not report.ok:
+                if report.counts["failed"]:
                     job.warnings.append(f"{report.counts['failed']} file(s) failed: see the report")
+                if report.failed_records:
+                    job.warnings.append(f"{report.failed_records} record(s) failed: see failed_records in the report")
         finally:
             with job.lock:
                 job.finished = _now()
             if self.on_finish is not None:
                 self.on_finish(job)
+
+    def _prepare(self, job: IngestJob) -> tuple[list[Path], list[FileReport], Path | None, Path | None]:
+        """(files to ingest, failed install entries, prune scope, supersede folder) for a job about to run."""
+        if job.kind == "upload":
+            files, install_failures = self._install_uploads(job)
+            with job.lock:
+                job.files, job.root = files + [Path(f.path) for f in install_failures], self.uploads_dir
+            return files, install_failures, self.uploads_dir / (job.folder or PurePosixPath()), self.uploads_dir
+        root_real = job.root.resolve()
+        files = []
+        for f in job.files:  # re-check: a file may have been swapped for a symlink since the request
+            if f.resolve().is_relative_to(root_real):
+                files.append(f)
+            else:
+                with job.lock:
+                    job.warnings.append(f"skipped {f}: it now leads outside {job.root}")
+        return files, [], None, None
 
     def close(self) -> None:
         """Drop queued jobs; a running one finishes in the background (the store stays consistent)."""

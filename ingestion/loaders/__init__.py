@@ -75,7 +75,7 @@ def _load_json(content: str, source: str, config: LoaderConfig, encoding: str | 
     if isinstance(data, dict) and "id" in data and "text" in data:
         data = [data]
     if jsonl.is_records(data):
-        return jsonl.records_to_documents([(i + 1, r) for i, r in enumerate(data)], source, config,
+        return jsonl.records_to_documents([(f"[{i}]", r) for i, r in enumerate(data)], source, config,
                                           encoding=encoding, fmt="json")
     if isinstance(data, list) and not data:
         return LoadResult([], "json", encoding)
@@ -94,9 +94,11 @@ def load_bytes(data: bytes, source: str, *, name: str | None = None, config: Loa
         name: file name used for extension-based detection (default: ``source``).
         config: loader options.
     Returns:
-        A :class:`LoadResult`; zero documents for empty or whitespace-only files.
+        A :class:`LoadResult`; zero documents for empty or whitespace-only files. Records that
+        could not be read (an empty key, a malformed entry) are in ``failures``, each with its
+        position and reason; the file's good records are in ``documents``.
     Raises:
-        BinaryFileError, ParseError, UnsupportedFormatError: the file cannot be ingested.
+        BinaryFileError, ParseError, UnsupportedFormatError: the file as a whole cannot be ingested.
     """
     config = config or LoaderConfig()
     name = name or source

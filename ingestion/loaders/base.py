@@ -1,18 +1,35 @@
-"""Shared loader pieces: configuration, the document builder, metadata helpers."""
+"""Shared loader pieces: configuration, the document builder, metadata helpers.
+
+The record rule (the same in every loader): each record of a file (a Jira issue, a CSV row,
+a JSON Lines line, an ELOG entry) is built inside :meth:`DocumentBuilder.record`. A record
+that is unusable -- an empty or blank key, a malformed entry, any error while reading it --
+fails alone: it is listed in :attr:`LoadResult.failures` with its position (``line 12``,
+``issues[3]``) and the reason, and every good record of the file is still returned.
+Nothing is rejected for its size: oversize fields are kept and chunked downstream.
+A file whose every record fails gives no documents and the failures; the pipeline then
+reports the file ``failed``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ingestion.documents import Document, Metadata, make_doc_id
+from ingestion.errors import RecordError
 from ingestion.timeparse import get_tz
 
 log = logging.getLogger(__name__)
+
+#: Bumped when a loader change alters the documents it builds, so every file is parsed again
+#: once (documents whose content did not change are still not re-embedded).
+LOADER_VERSION = "2"
 
 #: Default CSV ticket columns: logical field -> column header in the export.
 DEFAULT_CSV_COLUMNS: dict[str, str] = {
@@ -52,7 +69,8 @@ class LoaderConfig:
     def signature(self) -> str:
         """Short hash of the settings; a change re-parses every file."""
         payload = json.dumps(
-            {"csv": sorted(self.csv_columns.items()), "tz": self.default_timezone, "shifts": self.shift_starts},
+            {"csv": sorted(self.csv_columns.items()), "tz": self.default_timezone, "shifts": self.shift_starts,
+             "loaders": LOADER_VERSION},
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -91,12 +109,43 @@ def scalar_metadata(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def require_key(value: Any, name: str) -> str:
+    """The record key ``value`` as written (``str(value)``, not stripped).
+
+    Args:
+        value: the raw key (ticket key, record id, MID ...).
+        name: the field's name, for the error message (``'key'``, ``'id'``).
+    Raises:
+        RecordError: the key is missing, empty or blank, or not a scalar.
+    """
+    if value is None:
+        raise RecordError(f"missing {name}")
+    if isinstance(value, (dict, list, tuple, set)):
+        raise RecordError(f"{name} is a {type(value).__name__}, not a string")
+    key = str(value)
+    if not key.strip():
+        raise RecordError(f"empty or blank {name} {key!r}")
+    return key
+
+
+@dataclass(frozen=True)
+class RecordFailure:
+    """A record that was not stored: ``where`` it is in the file (``line 12``, ``issues[3]``) and why."""
+
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
 class DocumentBuilder:
     """Creates the documents of one source file, keeping keys exactly as written.
 
     A key that occurs twice in one file (a duplicated export row, two shifts with the
     same name) gets ``~2``, ``~3`` ... appended to the later occurrences, with a warning,
-    so no entry is silently lost.
+    so no entry is silently lost. Records are built inside :meth:`record`, which isolates
+    a bad one (see the module docstring).
     """
 
     def __init__(self, source: str, doc_type: str, *, encoding: str | None = None) -> None:
@@ -105,11 +154,39 @@ class DocumentBuilder:
         self.encoding = encoding
         self.documents: list[Document] = []
         self.warnings: list[str] = []
+        self.failures: list[RecordFailure] = []
         self._seen: dict[str, int] = {}
 
+    @contextlib.contextmanager
+    def record(self, where: str) -> Iterator[None]:
+        """Build one record inside this block; if it raises, only that record fails.
+
+        Args:
+            where: the record's position as a reader finds it (``line 12``, ``issues[3]``).
+        A :class:`RecordError` (or any other exception, e.g. a wrong type in a malformed
+        entry) is recorded in :attr:`failures` with ``where`` and the reason, and swallowed.
+        """
+        try:
+            yield
+        except RecordError as exc:
+            self.fail(where, str(exc))
+        except Exception as exc:  # a malformed entry the loader did not foresee fails alone
+            log.debug("%s %s: %s", self.source, where, exc, exc_info=True)
+            self.fail(where, f"malformed record ({type(exc).__name__}: {exc})")
+
+    def fail(self, where: str, reason: str) -> None:
+        """Record that the record at ``where`` was not stored, and why."""
+        failure = RecordFailure(where, reason)
+        log.warning("%s: %s", self.source, failure)
+        self.failures.append(failure)
+
     def add(self, key: str, text: str, metadata: Metadata, *, doc_type: str | None = None) -> Document:
-        """Append a document with ``key`` (as written), body ``text`` and ``metadata``."""
-        key = str(key)
+        """Append a document with ``key`` (as written), body ``text`` and ``metadata``.
+
+        Raises:
+            RecordError: ``key`` is empty or blank (inside :meth:`record`, only this record fails).
+        """
+        key = require_key(key, "key")
         count = self._seen.get(key, 0) + 1
         self._seen[key] = count
         final_key = key if count == 1 else f"{key}~{count}"
@@ -133,11 +210,18 @@ class DocumentBuilder:
         return doc
 
 
+    def result(self, fmt: str) -> "LoadResult":
+        """The :class:`LoadResult` of the records built so far (documents, warnings, failures)."""
+        return LoadResult(self.documents, fmt, self.encoding, self.warnings, self.failures)
+
+
 @dataclass
 class LoadResult:
-    """What a loader returns: the documents of one file, its format name and warnings."""
+    """What a loader returns: the documents of one file, its format name, warnings, and the
+    records that failed (:class:`RecordFailure`, each with its position and reason)."""
 
     documents: list[Document]
     format: str
     encoding: str | None = None
     warnings: list[str] = field(default_factory=list)
+    failures: list[RecordFailure] = field(default_factory=list)

@@ -5,7 +5,10 @@ Each entry starts with ``$@MID@$: N``, followed by ``Name: value`` header lines
 any custom attribute), a line of 40 ``=``, then the body up to the next ``$@MID@$:``.
 One entry = one document keyed by its MID as written. Replies carry ``in_reply_to``
 (parent MID) and ``parent_doc_id``; parents carry ``replies`` (list of MIDs).
-Bodies with ``Encoding: HTML`` are reduced to text.
+Bodies with ``Encoding: HTML`` are reduced to text (table cells separated by `` | ``,
+one row per line). An entry without a MID, without the ``====`` line or with a stray
+header line fails alone, reported by its ``$@MID@$:`` line number (see
+:mod:`ingestion.loaders.base`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from html.parser import HTMLParser
 from pathlib import PurePosixPath
 
 from ingestion.documents import Metadata, make_doc_id
-from ingestion.errors import ParseError
+from ingestion.errors import ParseError, RecordError
 from ingestion.loaders.base import DocumentBuilder, LoaderConfig, LoadResult, as_str_list, clean_str
 from ingestion.timeparse import time_fields
 
@@ -41,17 +44,33 @@ def sniff(text: str) -> bool:
 
 
 class _HTMLText(HTMLParser):
-    """Collects the text of an HTML fragment, with line breaks for block elements."""
+    """Collects the text of an HTML fragment: line breaks for block elements, `` | `` between
+    the cells of a table row (so ``<td>a</td><td>b</td>`` stays two values, ``a | b``)."""
 
-    _BLOCK = {"p", "br", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre"}
+    _BLOCK = {"p", "br", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "table", "ul", "ol",
+              "blockquote", "hr", "caption", "thead", "tbody", "tfoot"}
+    _CELL = {"td", "th"}
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
+        self._cells_in_row = 0
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in self._BLOCK:
             self.parts.append("\n")
+            if tag == "tr":
+                self._cells_in_row = 0
+        elif tag in self._CELL:
+            if self._cells_in_row:
+                self.parts.append(" | ")
+            self._cells_in_row += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self.parts.append("\n")
+        if tag in ("table", "tr"):
+            self._cells_in_row = 0
 
     def handle_data(self, data: str) -> None:
         self.parts.append(data)
@@ -71,10 +90,10 @@ def _snake(name: str) -> str:
 
 
 def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None = None) -> LoadResult:
-    """Parse an ELOG file into one document per entry.
+    """Parse an ELOG file into one document per entry; a malformed entry fails alone.
 
     Raises:
-        ParseError: no ``$@MID@$:`` line, an entry without a MID, or without the ``====`` separator.
+        ParseError: the text has no ``$@MID@$:`` line at all.
     """
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if MID_RE.match(line)]
@@ -85,65 +104,83 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
         builder.warnings.append(f"ignored {starts[0]} line(s) before the first $@MID@$ entry")
     logbook = PurePosixPath(source).stem
     bounds = list(zip(starts, starts[1:] + [len(lines)]))
-    entries: list[tuple[str, dict[str, str], list[tuple[str, str]], str]] = []
+    entries: list[tuple[str, str, dict[str, str], list[tuple[str, str]], str]] = []
     for start, end in bounds:
-        mid = MID_RE.match(lines[start]).group(1)  # type: ignore[union-attr]
-        if not mid:
-            raise ParseError(f"line {start + 1}: '$@MID@$:' without an entry number")
-        headers: dict[str, str] = {}
-        order: list[tuple[str, str]] = []
-        body_start = None
-        for j in range(start + 1, end):
-            line = lines[j]
-            if SEPARATOR_RE.match(line):
-                body_start = j + 1
-                break
-            match = HEADER_RE.match(line)
-            if match:
-                name, value = match.group(1).strip(), match.group(2).strip()
-                headers[name.lower()] = value
-                order.append((name, value))
-            elif line.strip():
-                raise ParseError(f"line {j + 1}: MID {mid}: expected 'Name: value' header, got {line[:60]!r}")
-        if body_start is None:
-            raise ParseError(f"line {start + 1}: MID {mid}: missing the '=====' line between header and body")
-        body = "\n".join(lines[body_start:end]).strip("\n")
-        if headers.get("encoding", "").strip().lower() == "html":
-            body = html_to_text(body)
-        entries.append((mid, headers, order, body.rstrip()))
+        where = f"line {start + 1}"
+        with builder.record(where):
+            entries.append((where, *_parse_entry(lines, start, end)))
 
     replies_of: dict[str, list[str]] = {}
-    for mid, headers, _, _ in entries:
+    for _, mid, headers, _, _ in entries:
         parent = clean_str(headers.get("in reply to"))
         if parent:
             replies_of.setdefault(parent, []).append(mid)
 
-    for mid, headers, order, body in entries:
-        meta: Metadata = {"mid": mid, "logbook": logbook}
-        meta.update(time_fields("created", headers.get("date"), config.tz))
-        for name, value in order:
-            low = name.lower()
-            if low == "date":
-                continue
-            key = _KNOWN.get(low, _snake(name))
-            if key in ("replies", "attachments"):
-                meta[key] = as_str_list(value)
-            else:
-                meta[key] = clean_str(value)
-        replies = list(dict.fromkeys(as_str_list(meta.get("replies")) + replies_of.get(mid, [])))
-        meta["replies"] = replies
-        parent = meta.get("in_reply_to")
-        meta["parent_doc_id"] = make_doc_id(source, str(parent)) if parent else None
-        subject = meta.get("title") or ""
-        info = " · ".join(
-            f"{label}: {meta[k]}" for label, k in (("Author", "author"), ("Type", "entry_type"), ("Category", "category"))
-            if meta.get(k)
-        )
-        head = [f"Subject: {subject}"] if subject else []
-        if info:
-            head.append(info)
-        if parent:
-            head.append(f"In reply to: MID {parent}")
-        doc_text = "\n".join(head) + ("\n\n" if head and body else "") + body
-        builder.add(mid, doc_text, meta)
-    return LoadResult(builder.documents, "elog", encoding, builder.warnings)
+    for where, mid, headers, order, body in entries:
+        with builder.record(where):
+            _add_entry(builder, source, logbook, config, mid, headers, order, body, replies_of.get(mid, []))
+    return builder.result("elog")
+
+
+def _parse_entry(lines: list[str], start: int, end: int) -> tuple[str, dict[str, str], list[tuple[str, str]], str]:
+    """(MID, headers by lower-case name, headers in order, body) of the entry in ``lines[start:end]``.
+
+    Raises:
+        RecordError: no MID, a line that is not ``Name: value`` before the ``====`` line, or no ``====`` line.
+    """
+    mid = MID_RE.match(lines[start]).group(1)  # type: ignore[union-attr]
+    if not mid:
+        raise RecordError("'$@MID@$:' without an entry number")
+    headers: dict[str, str] = {}
+    order: list[tuple[str, str]] = []
+    body_start = None
+    for j in range(start + 1, end):
+        line = lines[j]
+        if SEPARATOR_RE.match(line):
+            body_start = j + 1
+            break
+        match = HEADER_RE.match(line)
+        if match:
+            name, value = match.group(1).strip(), match.group(2).strip()
+            headers[name.lower()] = value
+            order.append((name, value))
+        elif line.strip():
+            raise RecordError(f"MID {mid}: expected 'Name: value' header at line {j + 1}, got {line[:60]!r}")
+    if body_start is None:
+        raise RecordError(f"MID {mid}: missing the '=====' line between header and body")
+    body = "\n".join(lines[body_start:end]).strip("\n")
+    if headers.get("encoding", "").strip().lower() == "html":
+        body = html_to_text(body)
+    return mid, headers, order, body.rstrip()
+
+
+def _add_entry(builder: DocumentBuilder, source: str, logbook: str, config: LoaderConfig, mid: str,
+               headers: dict[str, str], order: list[tuple[str, str]], body: str, reply_mids: list[str]) -> None:
+    """Add one parsed ELOG entry (``reply_mids``: entries of this file that answer it)."""
+    meta: Metadata = {"mid": mid, "logbook": logbook}
+    meta.update(time_fields("created", headers.get("date"), config.tz))
+    for name, value in order:
+        low = name.lower()
+        if low == "date":
+            continue
+        key = _KNOWN.get(low, _snake(name))
+        if key in ("replies", "attachments"):
+            meta[key] = as_str_list(value)
+        else:
+            meta[key] = clean_str(value)
+    replies = list(dict.fromkeys(as_str_list(meta.get("replies")) + reply_mids))
+    meta["replies"] = replies
+    parent = meta.get("in_reply_to")
+    meta["parent_doc_id"] = make_doc_id(source, str(parent)) if parent else None
+    subject = meta.get("title") or ""
+    info = " · ".join(
+        f"{label}: {meta[k]}" for label, k in (("Author", "author"), ("Type", "entry_type"), ("Category", "category"))
+        if meta.get(k)
+    )
+    head = [f"Subject: {subject}"] if subject else []
+    if info:
+        head.append(info)
+    if parent:
+        head.append(f"In reply to: MID {parent}")
+    doc_text = "\n".join(head) + ("\n\n" if head and body else "") + body
+    builder.add(mid, doc_text, meta)

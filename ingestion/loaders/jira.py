@@ -5,15 +5,16 @@ reporter/resolution/created/updated/components/issuetype`` and ``fields.comment.
 (author, created, body). Null fields are normal and simply absent from the text.
 Descriptions and comment bodies may be plain strings (API v2) or Atlassian Document
 Format trees (API v3); the latter are flattened to text. A bare list of issues is
-accepted too.
+accepted too. An issue without a usable ``key`` (missing, ``""``, blank) or with non-object
+``fields`` fails alone, reported as ``issues[i]`` (see :mod:`ingestion.loaders.base`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ingestion.errors import ParseError
-from ingestion.loaders.base import DocumentBuilder, LoaderConfig, LoadResult, as_str_list, clean_str
+from ingestion.errors import ParseError, RecordError
+from ingestion.loaders.base import DocumentBuilder, LoaderConfig, LoadResult, as_str_list, clean_str, require_key
 from ingestion.timeparse import time_fields
 
 _BLOCK_NODES = {"paragraph", "heading", "codeBlock", "blockquote", "listItem", "tableRow", "rule", "panel"}
@@ -64,66 +65,79 @@ def _name(value: Any) -> str | None:
 
 
 def load_data(data: Any, source: str, config: LoaderConfig, *, encoding: str | None = None) -> LoadResult:
-    """Build documents from already-parsed Jira JSON.
+    """Build documents from already-parsed Jira JSON, one per issue.
+
+    An issue that is not an object, lacks a non-blank ``key`` or has non-object ``fields``
+    is a failed record (``issues[i]``); the other issues are still returned.
 
     Raises:
-        ParseError: an issue without ``key`` or with non-object ``fields``.
+        ParseError: the JSON holds no ``issues`` list.
     """
     issues = data.get("issues") if isinstance(data, dict) else data
     if not isinstance(issues, list):
         raise ParseError("Jira JSON without an 'issues' list")
     builder = DocumentBuilder(source, "jira", encoding=encoding)
     for position, issue in enumerate(issues):
-        if not isinstance(issue, dict) or not clean_str(issue.get("key")):
-            raise ParseError(f"issues[{position}]: missing 'key'")
-        key = str(issue["key"])
-        fields = issue.get("fields") or {}
-        if not isinstance(fields, dict):
-            raise ParseError(f"issues[{position}] ({key}): 'fields' is not an object")
-        summary = clean_str(fields.get("summary")) or ""
-        description = adf_to_text(fields.get("description")).strip()
-        meta: dict[str, Any] = {
-            "ticket_key": key,
-            "jira_id": clean_str(issue.get("id")),
-            "title": summary or key,
-            "status": _name(fields.get("status")),
-            "priority": _name(fields.get("priority")),
-            "resolution": _name(fields.get("resolution")),
-            "assignee": _name(fields.get("assignee")),
-            "reporter": _name(fields.get("reporter")),
-            "issue_type": _name(fields.get("issuetype")),
-            "project": _name(fields.get("project")),
-            "labels": as_str_list(fields.get("labels")),
-            "components": as_str_list([_name(c) for c in fields.get("components") or []]),
-            "site": _name(fields.get("site")),
-        }
-        meta["author"] = meta["reporter"] or meta["assignee"]
-        meta.update(time_fields("created", fields.get("created"), config.tz))
-        meta.update(time_fields("updated", fields.get("updated"), config.tz))
-        meta.update(time_fields("resolved", fields.get("resolutiondate"), config.tz))
-        comment_block = fields.get("comment") or {}
-        comments = comment_block.get("comments") if isinstance(comment_block, dict) else comment_block
-        rendered: list[str] = []
-        for comment in comments or []:
-            if not isinstance(comment, dict):
-                continue
-            who = _name(comment.get("author")) or "unknown"
-            when = clean_str(comment.get("created")) or ""
-            body = adf_to_text(comment.get("body")).strip()
-            if body:
-                rendered.append(f"[{when} {who}] {body}".replace("[ ", "["))
-        meta["n_comments"] = len(rendered)
-        facts = " · ".join(f"{label}: {meta[k]}" for label, k in (
-            ("Status", "status"), ("Priority", "priority"), ("Resolution", "resolution"),
-            ("Assignee", "assignee")) if meta.get(k))
-        parts = [f"{key}: {summary}".rstrip(": ")]
-        if facts:
-            parts.append(facts)
-        if meta["labels"]:
-            parts.append("Labels: " + ", ".join(meta["labels"]))
-        if description:
-            parts.append("\n" + description)
-        if rendered:
-            parts.append("\nComments:\n" + "\n".join(rendered))
-        builder.add(key, "\n".join(parts), meta)
-    return LoadResult(builder.documents, "jira", encoding, builder.warnings)
+        with builder.record(f"issues[{position}]"):
+            _add_issue(builder, issue, config)
+    return builder.result("jira")
+
+
+def _add_issue(builder: DocumentBuilder, issue: Any, config: LoaderConfig) -> None:
+    """Add one Jira issue to ``builder``.
+
+    Raises:
+        RecordError: not an object, no usable ``key``, or non-object ``fields``.
+    """
+    if not isinstance(issue, dict):
+        raise RecordError(f"expected an issue object, got {type(issue).__name__}")
+    key = require_key(issue.get("key"), "'key'")
+    fields = issue.get("fields") or {}
+    if not isinstance(fields, dict):
+        raise RecordError(f"{key}: 'fields' is not an object")
+    summary = clean_str(fields.get("summary")) or ""
+    description = adf_to_text(fields.get("description")).strip()
+    meta: dict[str, Any] = {
+        "ticket_key": key,
+        "jira_id": clean_str(issue.get("id")),
+        "title": summary or key,
+        "status": _name(fields.get("status")),
+        "priority": _name(fields.get("priority")),
+        "resolution": _name(fields.get("resolution")),
+        "assignee": _name(fields.get("assignee")),
+        "reporter": _name(fields.get("reporter")),
+        "issue_type": _name(fields.get("issuetype")),
+        "project": _name(fields.get("project")),
+        "labels": as_str_list(fields.get("labels")),
+        "components": as_str_list([_name(c) for c in fields.get("components") or []]),
+        "site": _name(fields.get("site")),
+    }
+    meta["author"] = meta["reporter"] or meta["assignee"]
+    meta.update(time_fields("created", fields.get("created"), config.tz))
+    meta.update(time_fields("updated", fields.get("updated"), config.tz))
+    meta.update(time_fields("resolved", fields.get("resolutiondate"), config.tz))
+    comment_block = fields.get("comment") or {}
+    comments = comment_block.get("comments") if isinstance(comment_block, dict) else comment_block
+    rendered: list[str] = []
+    for comment in comments or []:
+        if not isinstance(comment, dict):
+            continue
+        who = _name(comment.get("author")) or "unknown"
+        when = clean_str(comment.get("created")) or ""
+        body = adf_to_text(comment.get("body")).strip()
+        if body:
+            rendered.append(f"[{when} {who}] {body}".replace("[ ", "["))
+    meta["n_comments"] = len(rendered)
+    facts = " · ".join(f"{label}: {meta[k]}" for label, k in (
+        ("Status", "status"), ("Priority", "priority"), ("Resolution", "resolution"),
+        ("Assignee", "assignee")) if meta.get(k))
+    parts = [f"{key}: {summary}".rstrip(": ")]
+    if facts:
+        parts.append(facts)
+    if meta["labels"]:
+        parts.append("Labels: " + ", ".join(meta["labels"]))
+    if description:
+        parts.append("\n" + description)
+    if rendered:
+        parts.append("\nComments:\n" + "\n".join(rendered))
+    builder.add(key, "\n".join(parts), meta)

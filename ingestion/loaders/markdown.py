@@ -1,6 +1,9 @@
 """Markdown files, typically incident post-mortems with YAML front matter.
 
-Front matter (between ``---`` lines at the top) is read with PyYAML. Recognised keys:
+Front matter (between ``---`` lines at the top) is read with PyYAML's safe loader, with
+every plain scalar kept as the string written (``id: 007`` is the key ``007``, not 7;
+``yes``, ``1.10`` and ``2026-01-20`` stay strings; only an empty value or ``null``/``~``
+is None); dates are parsed from those strings like any other time field. Recognised keys:
 ``id``/``key``/``incident`` (document key; default: the file stem), ``title`` (default: the
 first ``#`` heading, then the stem), ``start``/``start_time``/``started``, ``end``/``end_time``/
 ``resolved``, ``date``/``created``, ``updated``, ``severity``, ``services``, ``status``,
@@ -36,6 +39,28 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
+class StringScalarLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader without the implicit int/float/bool/timestamp resolvers: plain
+    scalars load as the strings written; ``null``, ``~`` and empty values still load as None,
+    and explicit tags (``!!int 7``) are still honoured."""
+
+
+_KEEP_IMPLICIT = {"tag:yaml.org,2002:null", "tag:yaml.org,2002:merge"}
+StringScalarLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag in _KEEP_IMPLICIT]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load_front_matter(text: str) -> object:
+    """Parse YAML front matter with :class:`StringScalarLoader` (scalars kept as written).
+
+    Raises:
+        yaml.YAMLError: invalid YAML.
+    """
+    return yaml.load(text, Loader=StringScalarLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def has_front_matter(text: str) -> bool:
     """True when ``text`` starts with a ``---`` YAML front-matter block."""
     return FRONT_MATTER_RE.match(text) is not None
@@ -59,7 +84,7 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
     match = FRONT_MATTER_RE.match(text)
     if match:
         try:
-            loaded = yaml.safe_load(match.group(1))
+            loaded = load_front_matter(match.group(1))
         except yaml.YAMLError as exc:
             raise ParseError(f"invalid YAML front matter: {exc}") from exc
         if loaded is None:
@@ -103,4 +128,4 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
     text_out = "\n".join(lead + ([" · ".join(facts)] if facts else []))
     text_out = (text_out + "\n\n" + body).strip() if text_out else body
     builder.add(key, text_out, meta)
-    return LoadResult(builder.documents, "markdown", encoding, builder.warnings)
+    return builder.result("markdown")

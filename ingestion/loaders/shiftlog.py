@@ -45,6 +45,7 @@ def sniff(text: str, min_fraction: float = 0.5) -> bool:
 class _Group:
     key: str
     title: str
+    line: int = 0
     author: str | None = None
     window: str | None = None
     lines: list[str] = field(default_factory=list)
@@ -96,7 +97,7 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
     header_group: _Group | None = None
     current: _Group | None = None
     orphans: list[str] = []
-    for raw in text.splitlines():
+    for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
         if not line.strip():
             continue
@@ -104,7 +105,8 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
         if header and not LINE_RE.match(line):
             key, window, shifter = _parse_header(header.group("body"))
             title = "Shift " + header.group("body").strip()
-            header_group = _Group(key=key or f"shift {len(groups) + 1}", title=title, author=shifter, window=window)
+            header_group = _Group(key=key or f"shift {len(groups) + 1}", title=title, line=lineno, author=shifter,
+                                  window=window)
             groups.append(header_group)
             current = header_group
             continue
@@ -121,7 +123,7 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
                 key, window = _window_key(local, starts)
                 current = by_key.get(key)
                 if current is None:
-                    current = _Group(key=key, title=f"Shift {key} ({window})", window=window)
+                    current = _Group(key=key, title=f"Shift {key} ({window})", line=lineno, window=window)
                     by_key[key] = current
                     groups.append(current)
             current.lines.append(line)
@@ -142,19 +144,25 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
         if not group.lines:
             builder.warnings.append(f"shift {group.key!r} has no entries")
             continue
-        first = min(group.times) if group.times else None
-        last = max(group.times) if group.times else None
-        meta = {
-            "title": group.title,
-            "shift": group.key,
-            "author": group.author,
-            "shift_window": group.window,
-            "created_ts": int(first.timestamp()) if first else None,
-            "created": first.isoformat() if first else None,
-            "updated_ts": int(last.timestamp()) if last else None,
-            "updated": last.isoformat() if last else None,
-            "labels": sorted(group.tags),
-            "n_lines": len(group.times),
-        }
-        builder.add(group.key, group.title + "\n" + "\n".join(group.lines), meta)
-    return LoadResult(builder.documents, "shiftlog", encoding, builder.warnings)
+        with builder.record(f"line {group.line}"):
+            _add_group(builder, group)
+    return builder.result("shiftlog")
+
+
+def _add_group(builder: DocumentBuilder, group: _Group) -> None:
+    """Add one shift's document."""
+    first = min(group.times) if group.times else None
+    last = max(group.times) if group.times else None
+    meta = {
+        "title": group.title,
+        "shift": group.key,
+        "author": group.author,
+        "shift_window": group.window,
+        "created_ts": int(first.timestamp()) if first else None,
+        "created": first.isoformat() if first else None,
+        "updated_ts": int(last.timestamp()) if last else None,
+        "updated": last.isoformat() if last else None,
+        "labels": sorted(group.tags),
+        "n_lines": len(group.times),
+    }
+    builder.add(group.key, group.title + "\n" + "\n".join(group.lines), meta)

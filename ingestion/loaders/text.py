@@ -12,4 +12,4 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
     name = PurePosixPath(source).name or source
     builder = DocumentBuilder(source, "text", encoding=encoding)
     builder.add(name, text.strip(), {"title": name})
-    return LoadResult(builder.documents, "text", encoding, builder.warnings)
+    return builder.result("text")

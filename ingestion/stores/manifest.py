@@ -146,6 +146,11 @@ class Manifest:
         """Delete document records."""
         self.conn.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
 
+    def relocate(self, moves: Iterable[tuple[str, str]]) -> None:
+        """Record a new absolute source path for documents: ``(doc_id, source_abs)`` pairs."""
+        self.conn.executemany("UPDATE documents SET source_abs = ? WHERE doc_id = ?",
+                              [(source_abs, doc_id) for doc_id, source_abs in moves])
+
     def mark_stale(self, doc_id: str, extent: int) -> None:
         """Force the document to be rewritten on its next ingest; remember Chroma may hold ``extent`` chunks."""
         self.conn.execute(

@@ -3,8 +3,11 @@
 Two request forms (chosen by ``Content-Type``):
 
 - ``multipart/form-data``: one or more files in the field ``files`` (optionally a
-  relative ``folder`` their sources are named under, and ``prune``); they are saved to
-  ``data_dir/uploads/<job-id>/`` and ingested from there. Limit: ``max_upload_bytes``.
+  relative ``folder`` their sources are named under, and ``prune``); each is kept at
+  ``data_dir/uploads/<folder>/<name>`` and ingested from there, so uploading a name again
+  replaces its documents when the file changed (``unchanged`` when not), and ``prune``
+  removes the folder's files not in this upload with their documents (see
+  :mod:`copilot.api.jobs`). Limit: ``max_upload_bytes``.
 - ``application/json``: ``{"path": ..., "prune": false}``, a file or folder on the
   server that must lie under ``ingest_root``. Limit: ``max_body_bytes``.
 """
@@ -50,14 +53,17 @@ def _reject(exc: PathRejectedError) -> HTTPException:
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted, openapi_extra=_OPENAPI_BODY,
-             responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 415, 422, 503)})
+             responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422, 503)})
 async def start_ingest(request: Request, settings: Settings = Depends(get_settings),
                        jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestAccepted:
     """Start an ingest job (uploaded files or a server-side path); answers 202 with the job id.
 
     Errors: 400 ``..`` in a path or a malformed form, 403 path outside the ingest root (or
-    server-side ingest disabled), 404 no such path, 413 body too large, 415 other content
-    types, 422 invalid fields or no files, 503 too many pending jobs.
+    server-side ingest disabled), 404 no such path, 409 an upload folder that crosses an
+    uploaded file (or a file name that is an upload folder), 413 body too large, 415 other
+    content types, 422 invalid fields or no files, 503 too many pending jobs. Per-file
+    outcomes (``skipped`` for named pipes, sockets and devices; ``failed_records`` for bad
+    records) are in the job's report.
     """
     content_type = request.headers.get("content-type", "").lower()
     job_id = jobs.new_id()
@@ -71,7 +77,7 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
                 prune = (_text(form.get("prune")) or "").lower() in _TRUE
                 paths = await asyncio.to_thread(jobs.save_uploads, job_id, [(u.filename, u.file) for u in uploads],
                                                 folder)
-            job = IngestJob(job_id, "upload", paths, jobs.upload_dir(job_id), prune=prune)
+            job = IngestJob(job_id, "upload", paths, jobs.staging_dir(job_id), prune=prune, folder=folder)
         elif content_type.startswith("application/json") or not content_type:
             try:
                 body = IngestPathRequest.model_validate_json(await request.body())
