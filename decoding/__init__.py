@@ -1,14 +1,24 @@
 """Exact speculative decoding: token ids in, token ids out.
 
 This package knows nothing of retrieval. The engine (:mod:`decoding.engine`)
-verifies proposals from drafters (:mod:`decoding.ngram_drafter`,
-:mod:`decoding.draft_model_drafter`) chosen per round by a cost-aware policy
-(:mod:`decoding.policy`), and commits exactly what plain greedy decoding of the
-target model would emit (or, when sampling, a sample from the target's own
-distribution).
+verifies proposals from a list of drafters (:mod:`decoding.drafter` is the interface;
+:mod:`decoding.ngram_drafter` and :mod:`decoding.draft_model_drafter` the built-in ones)
+chosen per round by a cost-aware policy (:mod:`decoding.policy`), and commits exactly
+what plain greedy decoding of the target model would emit (or, when sampling, a sample
+from the target's own distribution).
 """
 
-from decoding.config import GenerationConfig
-from decoding.engine import GenerationResult, SpeculativeEngine
+from decoding.quiet import quiet_torchao
 
-__all__ = ["GenerationConfig", "GenerationResult", "SpeculativeEngine"]
+# transformers imports torchao (when installed) with its model code, and torchao prints its
+# CUDA-extension load failures and torch's register_constant deprecation warnings at import:
+# import that code once here, quietly, before anything else pulls it in.
+with quiet_torchao():
+    import transformers.modeling_utils  # noqa: E402,F401
+
+from decoding.config import GenerationConfig  # noqa: E402
+from decoding.drafter import Draft, Drafter, DraftingMode, DraftRequest, Offer  # noqa: E402
+from decoding.engine import GenerationResult, SpeculativeEngine  # noqa: E402
+
+__all__ = ["Draft", "Drafter", "DraftingMode", "DraftRequest", "GenerationConfig", "GenerationResult", "Offer",
+           "SpeculativeEngine"]

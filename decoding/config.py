@@ -4,29 +4,61 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from decoding.drafter import DraftingMode
+
+
+class GenerationSettingError(ValueError):
+    """A generation setting is out of range, malformed, or cannot be applied exactly.
+
+    Attributes:
+        field: the offending setting's name (a :class:`GenerationConfig` field, or a
+            checkpoint ``generation_config`` field the engine cannot apply), for a 4xx
+            response naming it.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """What to generate and how to stop.
+    """What to generate, how to choose tokens and how to stop.
+
+    The logits-processing fields (``repetition_penalty`` ... ``presence_penalty``) use
+    transformers' own processors or OpenAI's documented semantics (:mod:`decoding.logits`).
+    For the first five, ``None`` means "unset": the checkpoint's ``generation_config`` value
+    applies, as in ``generate()``; any explicit value (e.g. ``repetition_penalty=1.0``)
+    overrides it. Token ids are checked against the model's vocabulary when the request
+    starts (:func:`decoding.logits.effective_settings`). The checkpoint's sampling defaults
+    (``do_sample``, ``temperature``, ``top_k``, ``top_p``, ...) are not inherited: the request's
+    ``temperature`` (0 = greedy) decides; they are reported in the result stats.
 
     Raises:
-        TypeError / ValueError: on construction, for a field of the wrong type or range.
+        TypeError / ValueError: on construction, for a field of the wrong type or range;
+            :class:`GenerationSettingError` (a ValueError naming ``field``) for the
+            logits-processing fields.
 
     Attributes:
         max_new_tokens: hard budget of generated tokens (EOS included); 0 returns nothing.
         temperature: 0 selects greedy decoding (the exactness contract); > 0 samples.
         top_k: keep the k most likely tokens when sampling (0 = off).
         top_p: nucleus sampling mass (1.0 = off).
-        seed: seed of the sampling generator (``None`` = nondeterministic).
+        seed: with ``temperature > 0``, the token at output position t is the Gumbel-max
+            sample drawn with noise seeded by (seed, t) only, so a seed reproduces its sample
+            whatever the drafter, γ or calibration (:mod:`decoding.sampling`); ``None`` = a
+            random seed per request.
         stop_strings: generation ends at the token that completes any of them;
             the returned text ends just before the stop string.
         eos_token_ids: token ids that end generation (included in the ids, not in
             the text). ``None`` uses the model's; an empty tuple disables EOS.
-        drafting: which drafters the cost-aware policy may use: ``"auto"`` (both),
-            ``"ngram"``, ``"draft_model"``, or ``"off"`` (plain one-token-per-pass
-            decoding in our loop).
+        drafting: a :class:`DraftingMode` (a plain string such as ``"ngram"`` is converted):
+            which drafters the cost-aware policy may use: ``AUTO`` (all the engine's),
+            ``NGRAM``, ``DRAFT_MODEL``, or ``OFF`` (plain one-token-per-pass decoding in
+            our loop).
         num_speculative_tokens: γ ceiling per round; the policy may choose fewer.
         fixed_gamma: bypass the policy: every round drafts ``num_speculative_tokens``
             with the one drafter ``drafting`` names (prompt-lookup style; an ablation
@@ -35,6 +67,19 @@ class GenerationConfig:
             when the last L output tokens occurred twice before, generation ends with
             ``finish_reason`` ``"repetition"``, the output cut before the repeats.
             0 (the default) = no loop stop: plain greedy semantics.
+        repetition_penalty: > 0; CTRL's penalty (Keskar et al. 2019) on every token already in
+            prompt + output (1.0 = off).
+        no_repeat_ngram_size: >= 0; no n-gram of this size occurs twice in prompt + output (0 = off).
+        min_new_tokens: >= 0; EOS is forbidden before this many new tokens (0 = off).
+        bad_words_ids: token sequences never generated (the last id of each is banned after
+            the others); ``()`` = none. Lists are stored as tuples.
+        suppress_tokens: ids never generated; ``()`` = none.
+        logit_bias: OpenAI ``logit_bias``: ``{token id: bias}``, bias in [-100, 100], added to
+            the logits at every position (string keys such as ``"50256"`` are accepted). Stored
+            as sorted ``(id, bias)`` pairs; ``None`` or empty = none.
+        frequency_penalty, presence_penalty: OpenAI penalties in [-2, 2]: the logit of token
+            j drops by ``c[j] * frequency_penalty + (c[j] > 0) * presence_penalty``, c[j] = its
+            count in the output so far (the prompt is not counted).
     """
 
     max_new_tokens: int = 128
@@ -44,12 +89,21 @@ class GenerationConfig:
     seed: int | None = None
     stop_strings: tuple[str, ...] = ()
     eos_token_ids: tuple[int, ...] | None = None
-    drafting: str = "auto"
+    drafting: DraftingMode = DraftingMode.AUTO
     num_speculative_tokens: int = 16
     fixed_gamma: bool = False
     loop_span: int = 0
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    min_new_tokens: int | None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] | None = None
+    suppress_tokens: tuple[int, ...] | None = None
+    logit_bias: tuple[tuple[int, float], ...] | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
     def __post_init__(self) -> None:
+        self._check_logits_settings()
         if isinstance(self.stop_strings, str) or not all(isinstance(s, str) for s in self.stop_strings):
             raise TypeError(f"stop_strings must be a sequence of strings, got {self.stop_strings!r}")
         if self.eos_token_ids is not None and (not isinstance(self.eos_token_ids, (tuple, list))
@@ -82,11 +136,12 @@ class GenerationConfig:
             raise ValueError(f"loop_span must be >= 0 (0 = no loop stop), got {self.loop_span}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if self.drafting not in ("auto", "ngram", "draft_model", "off"):
-            raise ValueError(f"drafting must be auto|ngram|draft_model|off, got {self.drafting!r}")
+        if self.drafting not in tuple(DraftingMode):
+            raise ValueError(f"drafting must be {'|'.join(m.value for m in DraftingMode)}, got {self.drafting!r}")
+        object.__setattr__(self, "drafting", DraftingMode(self.drafting))
         if self.num_speculative_tokens < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
-        if self.fixed_gamma and self.drafting not in ("ngram", "draft_model"):
+        if self.fixed_gamma and not self.drafting.single:
             raise ValueError(f"fixed_gamma needs drafting 'ngram' or 'draft_model', got {self.drafting!r}")
         if any(not s for s in self.stop_strings):
             raise ValueError("stop strings must be non-empty")
@@ -95,7 +150,80 @@ class GenerationConfig:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    def _check_logits_settings(self) -> None:
+        """Validate (and normalize to tuples) the logits-processing fields."""
+        set_ = lambda name, value: object.__setattr__(self, name, value)
+        if self.repetition_penalty is not None:
+            set_("repetition_penalty", _real("repetition_penalty", self.repetition_penalty))
+            if not self.repetition_penalty > 0:
+                raise GenerationSettingError("repetition_penalty",
+                                             f"must be > 0 (1.0 = off), got {self.repetition_penalty}")
+        for name in ("no_repeat_ngram_size", "min_new_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise GenerationSettingError(name, f"must be an int >= 0 (0 = off), got {value!r}")
+        if self.bad_words_ids is not None:
+            words = _id_sequences("bad_words_ids", self.bad_words_ids)
+            if any(not w for w in words):
+                raise GenerationSettingError("bad_words_ids", "each banned sequence needs at least one token id")
+            set_("bad_words_ids", words)
+        if self.suppress_tokens is not None:
+            set_("suppress_tokens", _ids("suppress_tokens", self.suppress_tokens))
+        if self.logit_bias is not None:
+            set_("logit_bias", _logit_bias(self.logit_bias))
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = _real(name, getattr(self, name))
+            if not -2.0 <= value <= 2.0:
+                raise GenerationSettingError(name, f"must be in [-2, 2], got {value}")
+            set_(name, value)
+
 
 def _is_int(value: object) -> bool:
     """An integer (Python or numpy), not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(name: str, value: object) -> float:
+    """A finite real number as a float, else :class:`GenerationSettingError`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise GenerationSettingError(name, f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _ids(name: str, values: object) -> tuple[int, ...]:
+    """A sequence of token ids (ints >= 0) as a tuple."""
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise GenerationSettingError(name, f"must be a sequence of token ids, got {values!r}")
+    values = tuple(values)
+    if not all(_is_int(t) and t >= 0 for t in values):
+        raise GenerationSettingError(name, f"token ids must be ints >= 0, got {values!r}")
+    return tuple(int(t) for t in values)
+
+
+def _id_sequences(name: str, values: object) -> tuple[tuple[int, ...], ...]:
+    """A sequence of token-id sequences as a tuple of tuples."""
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise GenerationSettingError(name, f"must be a list of token-id lists, got {values!r}")
+    return tuple(_ids(name, v) for v in values)
+
+
+def _logit_bias(values: object) -> tuple[tuple[int, float], ...]:
+    """OpenAI ``logit_bias`` (a mapping, or ``(id, bias)`` pairs) as sorted ``(id, bias)`` pairs."""
+    pairs = values.items() if isinstance(values, Mapping) else values
+    try:
+        pairs = list(pairs)
+        out = {}
+        for key, bias in pairs:
+            if isinstance(key, str) and key.strip().isdigit():
+                key = int(key)
+            if not _is_int(key) or key < 0:
+                raise GenerationSettingError("logit_bias", f"keys must be token ids (ints >= 0), got {key!r}")
+            bias = _real("logit_bias", bias)
+            if not -100.0 <= bias <= 100.0:
+                raise GenerationSettingError("logit_bias", f"bias for token {key} must be in [-100, 100], got {bias}")
+            out[int(key)] = bias
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, GenerationSettingError):
+            raise
+        raise GenerationSettingError("logit_bias", f"must map token ids to numbers, got {values!r}") from None
+    return tuple(sorted(out.items()))

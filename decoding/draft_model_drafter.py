@@ -16,10 +16,10 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from decoding.drafter import Draft
+from decoding.drafter import Draft, DraftRequest, Offer
 from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.models import LoadedModel
-from decoding.sampling import SamplingParams, sample
+from decoding.sampling import TokenSelector
 
 
 class VocabularyMismatchError(ValueError):
@@ -51,13 +51,19 @@ class DraftModelDrafter:
         min_confidence: stop drafting when the draft's top probability drops below this.
         share_target_prefill: start from the target's prompt KV cache (only for drafts
             with the target's KV layout; ``None`` = decide from the configs).
+        step_ms: measured cost of one draft step (ms, :func:`decoding.calibration.calibrate`);
+            ``None`` = not measured, so the cost-aware policy never picks it.
+
+    A :class:`~decoding.drafter.Drafter`; with ``after`` it continues a span another
+    drafter proposed in the same round (a copied span that ran out).
     """
 
     name = "draft_model"
 
     def __init__(self, draft: LoadedModel, target: LoadedModel, min_confidence: float = 0.2,
-                 share_target_prefill: bool | None = None) -> None:
+                 share_target_prefill: bool | None = None, step_ms: float | None = None) -> None:
         self.draft = draft
+        self.step_ms = step_ms
         self.model = draft.model
         self.min_confidence = min_confidence
         same = _same_kv_layout(draft.model, target.model) and draft.dtype == target.dtype
@@ -66,25 +72,35 @@ class DraftModelDrafter:
         self._cached: list[int] = []
         self._committed: list[int] = []
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-        self._sampling: SamplingParams | None = None
+        self._sampling = TokenSelector()
         # Same tokenizer, but the embedding may be padded differently (Qwen2.5-0.5B vs -7B):
         # q must live on the target's vocabulary and never propose an id the target lacks.
         self._target_vocab = int(target.model.config.vocab_size)
 
-    def begin(self, prompt_ids: Sequence[int], contexts: Sequence[Sequence[int]], target_cache: object,
-              sampling: SamplingParams | None = None) -> None:
-        """Reset per request; remember (by reference, no copy) the target's prompt KV."""
+    def begin(self, request: DraftRequest) -> None:
+        """Reset per request; remember (by reference, no copy) the target's prompt KV.
+
+        ``request.sampling`` is the request's :class:`~decoding.sampling.TokenSelector` (its
+        logits processors, greedy or Gumbel-max with the target's noise); ``None`` = plain greedy.
+        """
         self._cache, self._cached = None, []
-        self._committed = list(prompt_ids)
-        self._sampling = sampling
+        self._committed = list(request.prompt_ids)
+        self._sampling = request.sampling or TokenSelector()
         self._prefix_kv = None
-        if self.share_target_prefill and isinstance(target_cache, DynamicCache):
+        if self.share_target_prefill and isinstance(request.target_cache, DynamicCache):
             # The prompt's positions: the target's later passes write after them (a dynamic
             # cache, into new tensors) and crops never reach them, so no copy is needed.
-            self._prefix_kv = [(layer.keys, layer.values) for layer in target_cache.layers]
+            self._prefix_kv = [(layer.keys, layer.values) for layer in request.target_cache.layers]
 
     def observe(self, new_tokens: Sequence[int]) -> None:
+        """Committed tokens, in order (the draft cache catches up lazily, at the next proposal)."""
         self._committed.extend(int(t) for t in new_tokens)
+
+    def offer(self, max_tokens: int, after: Sequence[int] = ()) -> Offer:
+        """Up to ``max_tokens`` (clipped to the draft's context window) at ``step_ms`` each;
+        no state beyond the round's phase."""
+        room = min(max_tokens, self.draft.max_positions - len(self._committed) - len(after))
+        return Offer(self.name, max(room, 0), (), "draft model", self.step_ms)
 
     def _start_cache(self) -> None:
         self._cache = PreallocatedCache(2 * len(self._committed))
@@ -105,48 +121,44 @@ class DraftModelDrafter:
         return torch.nn.functional.pad(logits, (0, extra), value=float("-inf")) if extra else logits
 
     @torch.inference_mode()
-    def propose(self, committed: Sequence[int] | None = None, max_tokens: int = 8) -> Draft:
-        """Draft up to ``max_tokens`` tokens after the committed sequence.
+    def propose(self, max_tokens: int, after: Sequence[int] = ()) -> Draft:
+        """Draft up to ``max_tokens`` tokens after the committed sequence + ``after``
+        (one forward over what the draft cache lacks, then one step per token).
+
+        Each token is the request's choice rule applied to the draft's logits (processed with
+        the draft's prefix, like the target's): greedy argmax, or when sampling
+        ``argmax(log q_t + g_t)`` with the target's Gumbel noise for that output position, so
+        the draft proposes what the target would draw with the same noise (coupled).
 
         Returns:
-            A :class:`Draft`; ``probs`` is q as ``(len(tokens), vocab)`` float32 when
-            sampling, else ``None`` (greedy drafting).
+            A :class:`Draft` (``probs`` is ``None``: verification is exact-match).
         """
+        seq = self._committed + [int(t) for t in after]  # what the proposal continues
         # Stay inside the draft's own context window (it may be shorter than the target's).
-        max_tokens = min(max_tokens, self.draft.max_positions - len(self._committed))
+        max_tokens = min(max_tokens, self.draft.max_positions - len(seq))
         if max_tokens <= 0:
             return Draft([])
         if self._cache is None:
             self._start_cache()
         lcp = 0
-        for a, b in zip(self._cached, self._committed):
+        for a, b in zip(self._cached, seq):
             if a != b:
                 break
             lcp += 1
-        lcp = min(lcp, len(self._committed) - 1)  # always feed at least the last token
-        if max(self._committed[lcp:]) >= self.model.config.vocab_size:
+        lcp = min(lcp, len(seq) - 1)  # always feed at least the last token
+        if max(seq[lcp:]) >= self.model.config.vocab_size:
             return Draft([])  # the target emitted an id past the draft's (padded) vocabulary
         crop_cache(self._cache, lcp)
-        logits = self._forward(self._committed[lcp:])
+        logits = self._forward(seq[lcp:])
         tokens: list[int] = []
         fed: list[int] = []  # drafted tokens whose KV is now in the draft cache
-        rows: list[torch.Tensor] = []
         for i in range(max_tokens):
-            if self._sampling is None:
-                probs = torch.softmax(logits.float(), dim=-1)
-                top_p, top_id = probs.max(dim=-1)
-                x = int(top_id)
-            else:
-                probs = self._sampling.probs(logits)
-                top_p = probs.max()
-                x = sample(probs, self._sampling.generator)
-            if float(top_p) < self.min_confidence:
+            x, confidence = self._sampling.choose_with_confidence(seq + tokens, logits)
+            if confidence < self.min_confidence:
                 break
             tokens.append(x)
-            rows.append(probs)
             if i + 1 < max_tokens:
                 logits = self._forward([x])
                 fed.append(x)
-        self._cached = self._committed + fed
-        q = torch.stack(rows) if (rows and self._sampling is not None) else None
-        return Draft(tokens, q)
+        self._cached = seq + fed
+        return Draft(tokens)

@@ -1,14 +1,50 @@
 """The drafter interface: a small object that proposes tokens (vLLM ``spec_decode`` style).
 
-The verifier does not care who proposed: it sees a :class:`Draft` and the target's logits.
+The engine drives a list of drafters through :class:`Drafter` and never asks which one
+it is: per round, every drafter the request's :class:`DraftingMode` selects makes an
+:class:`Offer` (cheap: what it could propose now), the policy picks a plan of one or
+more offers, the chosen drafters propose, and the verifier sees one :class:`Draft` and
+the target's logits, whoever proposed it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from decoding.sampling import SamplingParams
+
+
+class DraftingMode(str, Enum):
+    """Which drafters a request may use (``GenerationConfig.drafting``, the API's ``drafting``).
+
+    ``AUTO`` lets the cost-aware policy choose among all the engine's drafters per round;
+    ``NGRAM`` / ``DRAFT_MODEL`` restrict it to the drafter of that name; ``OFF`` decodes
+    plainly (one token per target pass, in our loop). A ``str`` enum: ``"ngram"`` and
+    ``DraftingMode.NGRAM`` compare equal and serialise alike.
+    """
+
+    AUTO = "auto"
+    NGRAM = "ngram"
+    DRAFT_MODEL = "draft_model"
+    OFF = "off"
+
+    def __str__(self) -> str:
+        """The value (``"ngram"``), as in f-strings, logs and CLI output."""
+        return self.value
+
+    def selects(self, drafter_name: str) -> bool:
+        """Whether this mode lets the drafter called ``drafter_name`` propose."""
+        return self is DraftingMode.AUTO or (self is not DraftingMode.OFF and self.value == drafter_name)
+
+    @property
+    def single(self) -> bool:
+        """The mode names one drafter (``NGRAM`` or ``DRAFT_MODEL``)."""
+        return self not in (DraftingMode.AUTO, DraftingMode.OFF)
 
 
 @dataclass
@@ -35,17 +71,100 @@ class Draft:
                      self.unanimous)
 
 
+def join_drafts(drafts: Sequence[Draft]) -> Draft:
+    """One draft from consecutive segments (a copied span, then a draft model extending it).
+
+    Point-mass segments (``probs`` None) get one-hot q rows when another segment has a
+    distribution, which verifies exactly like a point mass: accept x with probability
+    p(x), else sample from p with x removed.
+
+    Raises:
+        ValueError: the segments' distributions have different vocabulary widths.
+    """
+    drafts = [d for d in drafts if d.tokens]
+    if len(drafts) <= 1:
+        return drafts[0] if drafts else Draft([])
+    tokens = [t for d in drafts for t in d.tokens]
+    with_probs = [d.probs for d in drafts if d.probs is not None]
+    if not with_probs:
+        return Draft(tokens)
+    widths = {p.shape[-1] for p in with_probs}
+    if len(widths) != 1:
+        raise ValueError(f"draft segments over different vocabularies: {sorted(widths)}")
+    width, like = widths.pop(), with_probs[0]
+    rows = [d.probs if d.probs is not None else
+            torch.nn.functional.one_hot(torch.tensor(d.tokens, device=like.device), width).to(like.dtype)
+            for d in drafts]
+    return Draft(tokens, torch.cat(rows))
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """What a drafter learns about a request when it starts (after the target's prefill).
+
+    Attributes:
+        prompt_ids: the prompt as fed to the target (token ids).
+        contexts: token ids of each retrieved passage, best first (drafting sources).
+        target_cache: the target's KV cache holding the prompt (a
+            :class:`decoding.kv_cache.PreallocatedCache`; a draft with the target's KV
+            layout starts from it instead of prefilling).
+        sampling: the request's sampling settings; ``None`` = greedy.
+        reproducible: a seeded sample: drafting must not depend on earlier requests.
+    """
+
+    prompt_ids: list[int]
+    contexts: list[list[int]] = field(default_factory=list)
+    target_cache: object = None
+    sampling: "SamplingParams | None" = None
+    reproducible: bool = False
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a drafter could propose this round, known before it spends anything.
+
+    Attributes:
+        drafter: the drafter's name.
+        max_tokens: most tokens it can propose now (0: nothing to offer). Fewer than were
+            asked for means its proposal ends there (a copied span runs out), so another
+            drafter may extend it.
+        state: the features its acceptance depends on, e.g. ``("4+", "unanimous")`` for an
+            n-gram match; the policy keeps measured acceptance per (drafter, state).
+        description: the state in words, for switch reasons.
+        step_ms: cost of drafting one token (ms; 0 for a lookup); ``None`` = not measured,
+            so the policy never picks it (a fixed-γ request still can).
+    """
+
+    drafter: str
+    max_tokens: int
+    state: tuple[str, ...] = ()
+    description: str = ""
+    step_ms: float | None = 0.0
+
+
 class Drafter(Protocol):
     """Proposes tokens and observes every committed token.
 
-    ``begin`` is called once per request after the target's prefill, ``propose``
-    before each verification round and ``observe`` after every commit.
+    Per request: :meth:`begin` once after the target's prefill; per round :meth:`offer`
+    (cheap), then :meth:`propose` if the policy chose it; :meth:`observe` after every
+    commit (including the prefill's token). ``after`` is what earlier drafters proposed
+    in the same round: the proposal continues ``committed + after``.
     """
 
     name: str
 
-    def begin(self, prompt_ids: Sequence[int], contexts: Sequence[Sequence[int]], target_cache: object) -> None: ...
+    def begin(self, request: DraftRequest) -> None:
+        """Reset for a new request."""
+        ...
 
-    def propose(self, committed: Sequence[int], max_tokens: int) -> Draft: ...
+    def offer(self, max_tokens: int, after: Sequence[int] = ()) -> Offer:
+        """What it could propose after ``committed + after`` (at most ``max_tokens``)."""
+        ...
 
-    def observe(self, new_tokens: Sequence[int]) -> None: ...
+    def propose(self, max_tokens: int, after: Sequence[int] = ()) -> Draft:
+        """Up to ``max_tokens`` tokens continuing ``committed + after``."""
+        ...
+
+    def observe(self, new_tokens: Sequence[int]) -> None:
+        """Committed tokens, in order."""
+        ...

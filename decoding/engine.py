@@ -1,9 +1,14 @@
 """The speculative decoding loop (readability bar: gpt-fast's ``generate.py``).
 
 Per request: prefill the target, take its first token, then repeat rounds of
-draft → verify (one target pass over the last committed token plus the draft) →
-crop the KV cache to the committed length → commit through the stop checker, until
-EOS, a stop string, the budget or cancellation.
+plan (the policy over the drafters' offers) → draft (each planned drafter proposes,
+continuing the one before) → verify (one target pass over the last committed token
+plus the draft) → crop the KV cache to the committed length → commit through the stop
+checker, until EOS, a stop string, the budget or cancellation.
+
+The engine drives a list of :class:`~decoding.drafter.Drafter` objects and never asks
+which one it is talking to; the request's :class:`~decoding.drafter.DraftingMode`
+selects among them by name.
 
 KV-cache invariant between rounds: the target cache holds every committed token but
 the last one, which is the first input of the next pass.
@@ -24,22 +29,18 @@ from decoding.calibration import calibrate
 from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer
 from decoding.draft_model_drafter import DraftModelDrafter, check_compatible
-from decoding.drafter import Draft
+from decoding.drafter import Draft, Drafter, DraftRequest, Offer, join_drafts
 from decoding.kv_cache import PreallocatedCache, crop_cache
+from decoding.logits import effective_settings
 from decoding.models import LoadedModel
 from decoding.ngram_drafter import AnswerHistory, NGramDrafter
-from decoding.policy import DRAFT_MODEL, NGRAM, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig
-from decoding.sampling import SamplingParams, sample
+from decoding.policy import PLAIN, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig
+from decoding.sampling import TokenSelector
 from decoding.stats import GenerationStats
 from decoding.stopping import StopChecker
-from decoding.verification import verify_greedy, verify_sampling
+from decoding.verification import verify_greedy
 
 log = logging.getLogger(__name__)
-
-
-# Drafters the policy may use per ``GenerationConfig.drafting`` mode.
-ALLOWED_DRAFTERS = {"auto": frozenset({NGRAM, DRAFT_MODEL}), "ngram": frozenset({NGRAM}),
-                    "draft_model": frozenset({DRAFT_MODEL}), "off": frozenset()}
 
 
 # Output positions the KV cache reserves up front (tokens); longer answers regrow it.
@@ -105,12 +106,47 @@ def _delta(detok: IncrementalDetokenizer, stop: StopChecker) -> str:
     return detok.push(stop.output[:stop.stable_length])
 
 
+def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[Offer]]:
+    """The plans the policy weighs this round: every drafter's offer alone, and every free
+    offer (``step_ms`` 0, a lookup) that runs out before ``gamma_max`` followed by each
+    other drafter's offer to extend it (a copied span the draft model continues)."""
+    offers = [d.offer(gamma_max) for d in drafters]
+    chains = [[o] for o in offers if o.max_tokens > 0]
+    for d, o in zip(drafters, offers):
+        if 0 < o.max_tokens < gamma_max and o.step_ms == 0:
+            span = d.propose(o.max_tokens).tokens
+            chains += [[o, e.offer(gamma_max - len(span), span)] for e in drafters if e is not d]
+    return chains
+
+
+def draft_segments(decision: Decision, drafters: dict[str, Drafter], stats: GenerationStats) -> list[Draft]:
+    """Each planned drafter proposes in turn, continuing the tokens before it; a segment
+    that stops short ends the round's draft. Proposal time goes to the drafter's stats,
+    and to ``stats.drafting_ms`` when the cost model prices it (a step cost)."""
+    drafts: list[Draft] = []
+    after: list[int] = []
+    for segment in decision.segments:
+        t = time.perf_counter()
+        draft = drafters[segment.offer.drafter].propose(segment.tokens, after)
+        ms = (time.perf_counter() - t) * 1000
+        stats.drafter(segment.offer.drafter).ms += ms
+        stats.drafting_ms += ms if segment.offer.step_ms != 0 else 0.0  # priced (or unmeasured) model steps
+        drafts.append(draft)
+        after += draft.tokens
+        if len(draft.tokens) < segment.tokens:
+            break
+    return drafts
+
+
 class SpeculativeEngine:
     """Exact speculative decoding over one target model.
 
     Args:
         target: the target model.
         draft: an optional draft model (same vocabulary; checked here).
+        drafters: the drafters to drive, each with a distinct ``name``; ``None`` = an
+            n-gram drafter over the engine's answer history, plus a draft-model drafter
+            when ``draft`` is given (priced at the calibrated draft step).
         costs: measured costs for the policy; ``None`` calibrates now (~1 s on CPU).
         policy: policy knobs.
         max_ngram, min_ngram: n-gram drafter match lengths (tokens).
@@ -125,9 +161,11 @@ class SpeculativeEngine:
 
     Raises:
         VocabularyMismatchError: the draft's vocabulary differs from the target's.
+        ValueError: two drafters share a name.
     """
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, *, costs: CostModel | None = None,
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, *,
+                 drafters: Sequence[Drafter] | None = None, costs: CostModel | None = None,
                  policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 1,
                  max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2,
                  answer_history: int = 32) -> None:
@@ -137,9 +175,16 @@ class SpeculativeEngine:
         self.draft = draft
         self.acceptance = AcceptanceTable(policy or PolicyConfig())
         self.history = AnswerHistory(max_ngram, min_ngram, answer_history)
-        self.max_ngram, self.min_ngram = max_ngram, min_ngram
-        self.draft_min_confidence = draft_min_confidence
         self.costs = costs or calibrate(target.model, draft.model if draft else None, max_speculative_tokens + 1)
+        if drafters is None:
+            drafters = [NGramDrafter(max_ngram, min_ngram, history=self.history)]
+            if draft is not None:
+                drafters.append(DraftModelDrafter(draft, target, draft_min_confidence,
+                                                  step_ms=self.costs.draft_step_ms))
+        self.drafters: list[Drafter] = list(drafters)
+        names = [d.name for d in self.drafters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"drafter names must be distinct, got {names}")
         # Move everything loaded so far (models, tokenizers, libraries: ~0.5M objects) out of the
         # cyclic GC's reach: otherwise a full collection triggered by a request's n-gram index
         # rescans them all, a ~200 ms pause inside decoding. Garbage is collected first so that
@@ -173,7 +218,11 @@ class SpeculativeEngine:
         Raises:
             PromptError: empty prompt, prompt or context ids outside the vocabulary, or
                 the prompt alone fills the context window.
-            ValueError: ``drafting="draft_model"`` without a draft model.
+            ValueError: a ``drafting`` mode naming a drafter the engine lacks (e.g.
+                ``"draft_model"`` without a draft model).
+            GenerationSettingError: a token id of ``logit_bias`` / ``bad_words_ids`` /
+                ``suppress_tokens`` outside the vocabulary, or a checkpoint generation setting
+                the engine cannot apply exactly (:func:`decoding.logits.effective_settings`).
         """
         prompt = [int(t) for t in prompt_ids]
         max_pos = self.target.max_positions
@@ -181,8 +230,10 @@ class SpeculativeEngine:
             raise PromptError("the prompt is empty: at least one token is needed")
         if len(prompt) >= max_pos:
             raise PromptError(f"the prompt has {len(prompt)} tokens; the model's context window is {max_pos}")
-        if config.drafting == "draft_model" and self.draft is None:
-            raise ValueError("drafting='draft_model' needs a draft model; none is loaded")
+        mode = config.drafting
+        if mode.single and not any(mode.selects(d.name) for d in self.drafters):
+            raise ValueError(f"drafting={mode.value!r} needs a {mode.value.replace('_', ' ')} drafter; this engine "
+                             f"has {[d.name for d in self.drafters] or 'none'} (none is loaded)")
         vocab = self.target.model.config.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
             raise PromptError(f"prompt token ids outside the vocabulary [0, {vocab}): got {min(prompt)}..{max(prompt)}")
@@ -202,58 +253,67 @@ class SpeculativeEngine:
         stop = StopChecker(tok, frozenset(eos), tuple(config.stop_strings), budget, config.loop_span)
         detok = IncrementalDetokenizer(tok, holdback=max((len(s) for s in config.stop_strings), default=1) - 1)
         stats = GenerationStats(prompt_tokens=len(prompt))
+        settings = effective_settings(config, self.target.generation_defaults, self.target.model.config.vocab_size)
+        stats.generation_settings = settings.to_dict()
         t0 = time.perf_counter()
         if budget <= 0:
             stop.finish_reason = "length"
         else:
             model = self.target.model
-            sampling = None if config.greedy else SamplingParams(
-                config.temperature, config.top_k, config.top_p, config.seed, self.target.device)
+            # Logits processors, then greedy argmax or a Gumbel-max sample seeded by (seed, position).
+            sampling = TokenSelector(settings.processors(len(prompt), eos, self.target.device), config.temperature,
+                                     config.top_k, config.top_p, config.seed, len(prompt), self.target.device)
             cache = PreallocatedCache(len(prompt) + min(budget, OUTPUT_RESERVE))
             logits = prefill(model, prompt, cache)
             stats.prefill_ms = (time.perf_counter() - t0) * 1000
-            first = int(logits.argmax()) if sampling is None else sample(sampling.probs(logits), sampling.generator)
+            first = sampling.choose(prompt, logits)
             committed = stop.accept([first])
+            stats.record_first()
             stats.ttft_ms = (time.perf_counter() - t0) * 1000
             yield StreamEvent(_delta(detok, stop), committed)
             t_decode = time.perf_counter()
             # A seeded sample must not depend on earlier requests: no answer history, and
             # drafting from the priors.
-            seeded = sampling is not None and config.seed is not None
-            ngram, dm = self._drafters(config, prompt, contexts, cache, sampling, None if seeded else self.history,
-                                       stats) if stop.finish_reason is None else (None, None)
-            for d in (ngram, dm):
-                if d is not None:
-                    d.observe(committed)
+            seeded = not config.greedy and config.seed is not None
+            t_begin = time.perf_counter()
+            drafters = [d for d in self.drafters if config.drafting.selects(d.name)] \
+                if stop.finish_reason is None else []
+            request = DraftRequest(prompt, contexts, cache, sampling, reproducible=seeded)
+            for d in drafters:
+                d.begin(request)
+                d.observe(committed)
+            by_name = {d.name: d for d in drafters}
             table = AcceptanceTable(self.acceptance.config) if seeded else self.acceptance
-            policy = DrafterPolicy(self.costs, table, ALLOWED_DRAFTERS[config.drafting])
+            policy = DrafterPolicy(self.costs, table)
+            stats.overhead_ms += (time.perf_counter() - t_begin) * 1000
             while stop.finish_reason is None:
                 if cancel is not None and cancel():
                     stop.finish_reason = "cancelled"
                     break
                 seq_len = len(prompt) + len(stop.output)
                 gamma_max = min(config.num_speculative_tokens, stop.remaining - 1, self.target.max_positions - seq_len)
-                t_draft, dm_ms = time.perf_counter(), stats.draft_model_ms
-                decision, draft = self._draft(config, policy, ngram, dm, gamma_max, stats)
-                stats.overhead_ms += (time.perf_counter() - t_draft) * 1000 - (stats.draft_model_ms - dm_ms)
+                t_draft, drafting_ms = time.perf_counter(), stats.drafting_ms
+                decision = self._plan(config, policy, drafters, gamma_max, stats)
+                segments = draft_segments(decision, by_name, stats)
+                draft = join_drafts(segments)
+                stats.overhead_ms += (time.perf_counter() - t_draft) * 1000 - (stats.drafting_ms - drafting_ms)
                 logits = target_pass(model, [stop.output[-1]] + draft.tokens, cache)
-                if sampling is None:
-                    block, n_accepted = verify_greedy(draft.tokens, logits)
-                else:
-                    block, n_accepted = verify_sampling(draft, sampling.probs(logits), sampling.generator)
+                scores = sampling.scores(prompt + stop.output, draft.tokens, logits)
+                block, n_accepted = verify_greedy(draft.tokens, scores)
                 crop_cache(cache, seq_len + n_accepted)
                 committed = stop.accept(block)
                 t_obs = time.perf_counter()
-                stats.record_round(decision.drafter, len(draft.tokens), n_accepted, len(committed))
-                policy.update(decision.drafter, draft, n_accepted)
-                for d in (ngram, dm):
-                    if d is not None:
-                        d.observe(committed)
+                proposed = [(s.offer.drafter, len(d.tokens)) for s, d in zip(decision.segments, segments)]
+                stats.record_round(proposed, n_accepted, len(committed))
+                policy.update(decision, [n for _, n in proposed], n_accepted)
+                for d in drafters:
+                    d.observe(committed)
                 stats.overhead_ms += (time.perf_counter() - t_obs) * 1000
                 yield StreamEvent(_delta(detok, stop), committed)
             if stop.finish_reason == "repetition":  # τ counts what the user gets, not the cut repeats
                 stats.loop_cut_tokens = stop.generated - len(stop.output)
                 stats.decode_tokens = max(len(stop.output) - 1, 0)
+                stats.truncate(len(stop.output))
             t_history = time.perf_counter()
             self.history.add(prompt, stop.output)
             stats.overhead_ms += (time.perf_counter() - t_history) * 1000
@@ -265,49 +325,20 @@ class SpeculativeEngine:
         result = GenerationResult(list(stop.output), text, stop.finish_reason or "length", stats)
         yield StreamEvent(detok.finish(text), [], result)
 
-    def _drafters(self, config: GenerationConfig, prompt: list[int], contexts: list[list[int]], cache: PreallocatedCache,
-                  sampling: SamplingParams | None, history: AnswerHistory | None, stats: GenerationStats,
-                  ) -> tuple[NGramDrafter | None, DraftModelDrafter | None]:
-        """Set up this request's drafters (indexing is overhead; the draft model's prefill is its cost)."""
-        ngram = dm = None
-        if config.drafting in ("auto", "ngram"):
-            t = time.perf_counter()
-            ngram = NGramDrafter(self.max_ngram, self.min_ngram, history=history)
-            ngram.begin(prompt, contexts)
-            stats.overhead_ms += (time.perf_counter() - t) * 1000
-        if config.drafting in ("auto", "draft_model") and self.draft is not None:
-            t = time.perf_counter()
-            dm = DraftModelDrafter(self.draft, self.target, self.draft_min_confidence)
-            dm.begin(prompt, contexts, cache, sampling)
-            stats.draft_model_ms += (time.perf_counter() - t) * 1000
-        return ngram, dm
-
-    def _draft(self, config: GenerationConfig, policy: DrafterPolicy, ngram: NGramDrafter | None,
-               dm: DraftModelDrafter | None, gamma_max: int, stats: GenerationStats) -> tuple[Decision, Draft]:
-        """Choose the drafter and γ for this round (the policy, restricted to the request's
-        ``drafting`` mode) and get the proposal; ``gamma_max`` may be 0."""
-        if gamma_max <= 0 or config.drafting == "off":
-            return Decision(None, 0, "plain"), Draft([])
-        if config.fixed_gamma and config.drafting == NGRAM:
-            return Decision(NGRAM, gamma_max, "fixed γ"), ngram.propose(None, gamma_max)
+    @staticmethod
+    def _plan(config: GenerationConfig, policy: DrafterPolicy, drafters: list[Drafter], gamma_max: int,
+              stats: GenerationStats) -> Decision:
+        """This round's plan: plain without room or drafters; with ``fixed_gamma`` the one
+        selected drafter drafts ``gamma_max``; else the policy's choice over
+        :func:`candidate_chains`, a change of plan recorded with its reason."""
+        if gamma_max <= 0 or not drafters:
+            return PLAIN
         if config.fixed_gamma:
-            return Decision(DRAFT_MODEL, gamma_max, "fixed γ"), self._timed_dm(dm, gamma_max, stats)
-        ngram_draft = ngram.propose(None, gamma_max) if ngram is not None else None
-        decision = policy.choose(ngram_draft, dm is not None, gamma_max)
+            return policy.fixed(drafters[0].offer(gamma_max), gamma_max)
+        decision = policy.choose(candidate_chains(drafters, gamma_max), gamma_max)
         if decision.drafter != policy.current:
             # at_token: tokens emitted before this round (the prefill's token + decode tokens).
             stats.switches.append({"at_token": 1 + stats.decode_tokens, "from": policy.current or "plain",
                                    "to": decision.drafter or "plain", "reason": decision.reason})
             policy.current = decision.drafter
-        if decision.drafter == NGRAM:
-            return decision, ngram_draft.truncated(decision.gamma)
-        if decision.drafter == DRAFT_MODEL:
-            return decision, self._timed_dm(dm, decision.gamma, stats)
-        return decision, Draft([])
-
-    @staticmethod
-    def _timed_dm(dm: DraftModelDrafter, gamma: int, stats: GenerationStats) -> Draft:
-        t = time.perf_counter()
-        draft = dm.propose(None, gamma)
-        stats.draft_model_ms += (time.perf_counter() - t) * 1000
-        return draft
+        return decision

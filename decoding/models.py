@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,6 +28,45 @@ class ModelLoadError(RuntimeError):
     """A model could not be found or loaded; the message names the model and why."""
 
 
+#: ``generation_config`` fields that change what ``generate()`` emits, with the value that
+#: means "off" (transformers' defaults). :func:`generation_defaults` reports those set otherwise.
+GENERATION_FIELDS_OFF: dict[str, object] = {
+    # logits processors the engine applies (decoding.logits)
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
+    "bad_words_ids": None, "suppress_tokens": None,
+    # sampling settings: a request's own temperature / top-k / top-p are used instead
+    "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None, "typical_p": 1.0,
+    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None,
+    # settings the engine cannot apply exactly (a request is refused while they are set)
+    "num_beams": 1, "penalty_alpha": None, "dola_layers": None, "guidance_scale": None, "sequence_bias": None,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "exponential_decay_length_penalty": None,
+    "begin_suppress_tokens": None, "remove_invalid_values": False, "watermarking_config": None,
+}
+
+
+def generation_defaults(model: object) -> dict[str, object]:
+    """The checkpoint's own ``generation_config`` settings that differ from "off".
+
+    Args:
+        model: a transformers model (or any object with a ``generation_config``; a missing
+            one or missing attributes count as "off").
+
+    Returns:
+        ``{field: value}`` for the fields of :data:`GENERATION_FIELDS_OFF` the checkpoint sets
+        (e.g. ``{"repetition_penalty": 1.05, "do_sample": True, "temperature": 0.7, ...}`` for
+        Qwen2.5-Instruct); lists become tuples.
+    """
+    config = getattr(model, "generation_config", None)
+    out: dict[str, object] = {}
+    for name, off in GENERATION_FIELDS_OFF.items():
+        value = getattr(config, name, off)
+        if isinstance(value, list):
+            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        if value is not None and value != off:
+            out[name] = value
+    return out
+
+
 @dataclass
 class LoadedModel:
     """A causal LM ready for decoding.
@@ -36,11 +75,19 @@ class LoadedModel:
         model: the transformers model in eval mode on ``device`` with ``dtype``.
         tokenizer: its tokenizer.
         name: the id or path it was loaded from.
+        generation_defaults: the checkpoint's own ``generation_config`` settings, read when
+            the model is loaded (:func:`generation_defaults`); requests that leave a setting
+            unset get these, as ``generate()`` does.
     """
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     name: str
+    generation_defaults: dict[str, object] = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.generation_defaults is None:
+            self.generation_defaults = generation_defaults(self.model)
 
     @property
     def device(self) -> torch.device:
@@ -169,5 +216,7 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
         raise ModelLoadError(f"cannot load model {name_or_path!r} (from {source!r}): {exc}") from exc
     model.to(dev).eval()
     use_gqa_attention(model)
-    log.info("loaded %s on %s (%s)", name_or_path, dev, torch_dtype)
-    return LoadedModel(model=model, tokenizer=tokenizer, name=name_or_path)
+    loaded = LoadedModel(model=model, tokenizer=tokenizer, name=name_or_path)
+    log.info("loaded %s on %s (%s); checkpoint generation settings: %s", name_or_path, dev, torch_dtype,
+             loaded.generation_defaults or "none")
+    return loaded

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple, Sequence
 
-from decoding.drafter import Draft
+from decoding.drafter import Draft, DraftRequest, Offer
 
 # Source priorities: higher wins when several continuations match.
 PRIORITY_PROMPT = 0  # chat-template boilerplate, system prompt, the question
@@ -72,44 +72,55 @@ class NGramIndex:
 
 
 class NGramDrafter:
-    """Proposes the continuation of the longest matching suffix n-gram.
+    """Proposes the continuation of the longest matching suffix n-gram (a :class:`Drafter`).
 
     Args:
         max_ngram: longest suffix tried first (tokens).
         min_ngram: shortest suffix accepted (tokens, >= 1).
         max_occurrences: occurrences kept per n-gram and source priority (most recent).
-        history: the engine's earlier answers (answers to this very prompt are skipped);
-            ``None`` = none.
+        history: the engine's earlier answers (answers to this very prompt are skipped;
+            unused for a reproducible request); ``None`` = none.
+        long_match: match lengths (tokens) from which matches share one acceptance state.
 
     Tie-break among occurrences of the matched n-gram: source priority (output >
     passages > earlier answers > prompt), then how often the candidate's next token
     follows the n-gram anywhere (every source votes), then recency.
+
+    Proposing is a dictionary lookup: its offers cost nothing (``step_ms`` 0).
+
+    Raises:
+        ValueError: ``min_ngram``/``max_ngram``/``long_match`` out of range, or a history
+            indexing other n-gram lengths.
     """
 
     name = "ngram"
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1, max_occurrences: int = 8,
-                 history: AnswerHistory | None = None) -> None:
+                 history: AnswerHistory | None = None, long_match: int = 4) -> None:
         self._index = NGramIndex(max_ngram, min_ngram, max_occurrences)
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         if history is not None and (history.max_ngram, history.min_ngram) != (max_ngram, min_ngram):
             raise ValueError("the answer history must index the drafter's n-gram lengths")
-        self._history = history
+        if long_match < 1:
+            raise ValueError(f"long_match must be >= 1, got {long_match}")
+        self.long_match = long_match
+        self.history = history
+        self._use_history = history is not None
         self._prompt_key = 0
         self._stream: list[int] = []  # prompt + output
+        # ((output length, after), (max_tokens, draft)) of the last lookup: offer then propose look up once
+        self._last: tuple[tuple, tuple[int, Draft]] | None = None
 
-    def begin(self, prompt_ids: Sequence[int], contexts: Sequence[Sequence[int]], target_cache: object = None) -> None:
-        """Index the passages, then the prompt (which then grows with the output).
-
-        Args:
-            prompt_ids: the prompt, as fed to the target.
-            contexts: token ids of each retrieved passage, best first.
-        """
+    def begin(self, request: DraftRequest) -> None:
+        """Index the request's passages, then its prompt (which then grows with the output);
+        a reproducible request does not draft from earlier answers."""
         self._index = NGramIndex(self.max_ngram, self.min_ngram, self._index.max_occurrences)
-        self._stream = [int(t) for t in prompt_ids]
+        self._stream = [int(t) for t in request.prompt_ids]
         self._prompt_key = prompt_key(self._stream)
+        self._use_history = self.history is not None and not request.reproducible
+        self._last = None
         # Worst-ranked passage first so the best-ranked one is the most recent on ties.
-        for ctx in reversed([list(c) for c in contexts if len(c) > 0]):
+        for ctx in reversed([list(c) for c in request.contexts if len(c) > 0]):
             self._index.add_source(ctx, PRIORITY_PASSAGE)
         self._index.add_source(self._stream, PRIORITY_PROMPT)
 
@@ -120,25 +131,43 @@ class NGramDrafter:
             self._index.add_position(self._stream, len(self._stream) - 1, PRIORITY_OUTPUT)
 
     # -- proposing ----------------------------------------------------------------------
-    def propose(self, committed: Sequence[int] | None = None, max_tokens: int = 8) -> Draft:
-        """Continuation of the longest suffix n-gram of the committed sequence.
+    def offer(self, max_tokens: int, after: Sequence[int] = ()) -> Offer:
+        """The match's continuation length (capped at ``max_tokens``) and its state:
+        ``(match bucket, "unanimous" | "ambiguous")``, buckets ``"1"`` ... ``"<long_match>+"``."""
+        draft = self.propose(max_tokens, after)
+        if not draft.tokens:
+            return Offer(self.name, 0)
+        bucket = f"{self.long_match}+" if draft.match_length >= self.long_match else str(draft.match_length)
+        agreement = "unanimous" if draft.unanimous else "ambiguous"
+        return Offer(self.name, len(draft.tokens), (bucket, agreement), f"{bucket}-gram match ({agreement})", 0.0)
 
-        ``committed`` is accepted for the interface; the drafter tracks the sequence
-        itself through :meth:`begin` and :meth:`observe`.
+    def propose(self, max_tokens: int, after: Sequence[int] = ()) -> Draft:
+        """Continuation of the longest suffix n-gram of the committed sequence + ``after``.
 
         Returns:
             A :class:`Draft` with up to ``max_tokens`` tokens (empty when nothing
             matches), ``match_length`` = the matched n and ``unanimous`` = whether all
             occurrences of that n-gram agree on the next token.
         """
-        stream = self._stream
         if max_tokens <= 0:
             return Draft([])
-        for n in range(min(self.max_ngram, len(stream)), self.min_ngram - 1, -1):
-            key = tuple(stream[len(stream) - n :])
+        key = (len(self._stream), tuple(after))
+        if self._last is not None and self._last[0] == key:
+            cap, cached = self._last[1]
+            if max_tokens <= cap or len(cached.tokens) < cap:  # (a shorter draft: its source ended)
+                return cached.truncated(max_tokens)
+        draft = self._lookup(max_tokens, after)
+        self._last = (key, (max_tokens, draft))
+        return draft
+
+    def _lookup(self, max_tokens: int, after: Sequence[int]) -> Draft:
+        stream = self._stream
+        tail = stream[len(stream) - self.max_ngram:] + [int(t) for t in after] if after else stream
+        for n in range(min(self.max_ngram, len(stream) + len(after)), self.min_ngram - 1, -1):
+            key = tuple(tail[len(tail) - n :])
             occurrences = [o for p in (PRIORITY_OUTPUT, PRIORITY_PASSAGE, PRIORITY_PROMPT) for o in self._index.get(key, p)]
-            if self._history is not None:  # ranked between the passages and the prompt
-                occurrences += self._history.occurrences(key, self._prompt_key)
+            if self._use_history:  # ranked between the passages and the prompt
+                occurrences += self.history.occurrences(key, self._prompt_key)
             usable = [o for o in occurrences if o.continuation < len(o.source)]
             if not usable:
                 continue

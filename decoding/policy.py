@@ -1,20 +1,25 @@
-"""Which drafter, and how many tokens, per round — chosen from measured numbers.
+"""Which drafters, and how many tokens, per round — chosen from measured numbers.
 
-Every proposal falls into a *drafting state*: for the n-gram drafter, the length of
-the suffix match (1, 2, 3, 4+), whether every matching occurrence agrees on the next
-token, and whether the previous round of the same drafter was accepted in full (we are
-inside a copied span); for the draft model, only the last. Per state we keep decayed
-counts of two measured acceptance rates:
+Every round, each drafter the request may use makes an :class:`~decoding.drafter.Offer`:
+how many tokens it could propose and its *drafting state* — for the n-gram drafter the
+length of the suffix match (1, 2, 3, 4+) and whether every matching occurrence agrees on
+the next token; for the draft model nothing. The policy adds the round's *phase*: the
+same drafter's previous round was accepted in full (``continuing`` a copied span or an
+accepted run), or the drafter ``extending`` the span another drafter proposed before it
+in the same round. Per (drafter, state, phase) we keep decayed counts of two measured
+acceptance rates:
 
 * α₁ — the first drafted token is accepted;
 * αₙ — a later drafted token is accepted given the one before it was.
 
 A round that drafts γ tokens then commits E(γ) = 1 + α₁ (1 - αₙ^γ) / (1 - αₙ) tokens
 in expectation (the bonus token included; with α₁ = αₙ = α this is Leviathan et al.
-2023, eq. 1) and costs one target pass over γ + 1 tokens plus γ draft-model steps, from
-the hardware's calibrated :class:`CostModel`. The policy picks the (drafter, γ) with
-the highest E / cost, and decodes plainly when nothing beats one token per
-single-token pass.
+2023, eq. 1) and costs one target pass over γ + 1 tokens plus γ drafting steps, from
+the hardware's calibrated :class:`CostModel`. A *chained* round — a copied span that
+runs out before γ, extended by another drafter — sums the same series over both
+segments (the extension is reached only when the whole span is accepted). The policy
+picks the plan with the highest E / cost, and decodes plainly when nothing beats one
+token per single-token pass.
 
 The counts live in an :class:`AcceptanceTable` owned by the engine, so what one request
 measured informs the next; a state not visited drifts back toward its prior, so a state
@@ -26,10 +31,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
-from decoding.drafter import Draft
+from decoding.drafter import Offer
 
-NGRAM, DRAFT_MODEL = "ngram", "draft_model"
+CONTINUING, EXTENDING = "continuing", "extending"  # round phases (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,8 @@ class CostModel:
 
     Attributes:
         verify_ms: ``verify_ms[n - 1]`` is one target forward over n new tokens.
-        draft_step_ms: one draft-model step over 1 token (``None`` = no draft model).
+        draft_step_ms: one draft-model step over 1 token (``None`` = no draft model);
+            the engine hands it to its draft-model drafter as the offers' ``step_ms``.
     """
 
     verify_ms: tuple[float, ...]
@@ -69,7 +76,6 @@ class PolicyConfig:
         recovery: weight kept by every *other* state's counts per round; a state not
             visited slowly returns to its prior.
         prior_strength: pseudo-rounds given to the prior.
-        long_match: suffix-match length (tokens) from which matches share one state.
         prior_first / prior_next: initial α₁ and αₙ of every state.
         min_gain: speculate only when the expected rate beats plain decoding by this factor.
     """
@@ -77,34 +83,22 @@ class PolicyConfig:
     decay: float = 0.98
     recovery: float = 0.999
     prior_strength: float = 2.0
-    long_match: int = 4
     prior_first: float = 0.5
     prior_next: float = 0.8
     min_gain: float = 1.0
 
     def __post_init__(self) -> None:
-        """Raises ValueError: a weight or prior outside [0, 1], a non-positive prior strength
-        or match length, or a non-finite gain."""
+        """Raises ValueError: a weight or prior outside [0, 1], a non-positive prior
+        strength, or a non-finite or non-positive gain."""
         unit = {"decay": self.decay, "recovery": self.recovery, "prior_first": self.prior_first,
                 "prior_next": self.prior_next}
         bad = [f"{k}={v}" for k, v in unit.items() if not 0.0 <= v <= 1.0]
         if self.prior_strength <= 0 or not math.isfinite(self.prior_strength):
             bad.append(f"prior_strength={self.prior_strength} (must be > 0)")
-        if self.long_match < 1:
-            bad.append(f"long_match={self.long_match} (must be >= 1)")
         if not math.isfinite(self.min_gain) or self.min_gain <= 0:
             bad.append(f"min_gain={self.min_gain}")
         if bad:
             raise ValueError(f"invalid PolicyConfig: {', '.join(bad)}")
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One round's choice: ``drafter`` None means a plain decode step; γ tokens to draft."""
-
-    drafter: str | None
-    gamma: int
-    reason: str
 
 
 def expected_tokens(alpha_first: float, alpha_next: float, gamma: int) -> float:
@@ -126,9 +120,20 @@ class _Counts:
     next_tried: float = 0.0
 
 
+def state_key(offer: Offer, phase: str = "") -> tuple[str, ...]:
+    """The acceptance-table key of an offer in a phase: ``(drafter, *state, phase)``."""
+    return (offer.drafter, *offer.state, phase)
+
+
+def state_name(key: tuple[str, ...]) -> str:
+    """A state key as a compact name, e.g. ``ngram:4+:unanimous:continuing``."""
+    return ":".join(part for part in key if part)
+
+
 @dataclass
 class AcceptanceTable:
-    """Measured acceptance per drafting state, shared by the requests of one engine.
+    """Measured acceptance per drafting state (:func:`state_key`), shared by the requests
+    of one engine.
 
     Not thread-safe on its own: the engine runs one request at a time.
     """
@@ -159,28 +164,48 @@ class AcceptanceTable:
             c.next_accepted += min(accepted - 1, tried)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
-        """``{state: {"alpha_first", "alpha_next", "rounds"}}``: what the policy has learned (eval reports)."""
-        return {_state_name(s): {"alpha_first": round(a1, 3), "alpha_next": round(an, 3),
-                                 "rounds": round(self.counts[s].first_tried, 1)}
+        """``{state name: {"alpha_first", "alpha_next", "rounds"}}``: what the policy has learned (eval reports)."""
+        return {state_name(s): {"alpha_first": round(a1, 3), "alpha_next": round(an, 3),
+                                "rounds": round(self.counts[s].first_tried, 1)}
                 for s in sorted(self.counts, key=str) for a1, an in [self.alphas(s)]}
 
 
-def _describe(state: tuple) -> str:
-    """A drafting state in words, for switch reasons."""
-    if state[0] == NGRAM:
-        _, n, unanimous, continuing = state
-        return (f"{n}-gram match ({'unanimous' if unanimous else 'ambiguous'}"
-                f"{', continuing a copied span' if continuing else ''})")
-    return f"draft model{' (continuing an accepted run)' if state[1] else ''}"
+@dataclass(frozen=True)
+class Segment:
+    """One drafter's part of a round: ``tokens`` to draft from ``offer``, booked under ``key``."""
+
+    offer: Offer
+    tokens: int
+    key: tuple[str, ...]
 
 
-def _state_name(state: tuple) -> str:
-    """A drafting state as a compact key, e.g. ``ngram:4+:unanimous:continuing``."""
-    if state[0] == NGRAM:
-        _, n, unanimous, continuing = state
-        return f"ngram:{n}{':unanimous' if unanimous else ':ambiguous'}" \
-               f"{':continuing' if continuing else ''}"
-    return f"draft_model{':continuing' if state[1] else ''}"
+@dataclass(frozen=True)
+class Decision:
+    """One round's plan: segments drafted in order, each continuing the one before (no
+    segment = a plain decode step)."""
+
+    segments: tuple[Segment, ...]
+    reason: str
+
+    @property
+    def drafter(self) -> str | None:
+        """The drafters in order, e.g. ``"ngram+draft_model"``; ``None`` for a plain step."""
+        return "+".join(s.offer.drafter for s in self.segments) or None
+
+    @property
+    def gamma(self) -> int:
+        """Tokens planned in all."""
+        return sum(s.tokens for s in self.segments)
+
+
+PLAIN = Decision((), "plain")
+
+
+def _describe(segment: Segment) -> str:
+    """A segment's state in words, for switch reasons."""
+    phase = segment.key[-1]
+    words = {CONTINUING: ", continuing an accepted run", EXTENDING: ", extending the span before it"}.get(phase, "")
+    return f"{segment.offer.description or segment.offer.drafter}{words}"
 
 
 @dataclass
@@ -188,77 +213,81 @@ class DrafterPolicy:
     """Per-request policy state over the engine's shared :class:`AcceptanceTable`.
 
     Args:
-        costs: the calibrated costs.
+        costs: the calibrated target costs (the drafters' own step costs come with their offers).
         table: measured acceptance (updated by :meth:`update`).
-        drafters: which drafters this request may use (``{"ngram", "draft_model"}`` or a subset).
     """
 
     costs: CostModel
     table: AcceptanceTable = field(default_factory=AcceptanceTable)
-    drafters: frozenset[str] = frozenset({NGRAM, DRAFT_MODEL})
     current: str | None = "start"
-    _last_full: str | None = None  # drafter whose previous round was accepted in full
+    _last_full: str | None = None  # drafter whose previous round ended with all its tokens accepted
 
-    def ngram_state(self, draft: Draft) -> tuple:
-        """``("ngram", match bucket, unanimous, continuing)``; buckets "1", "2", ... "<long_match>+"."""
-        long = self.table.config.long_match
-        bucket = f"{long}+" if draft.match_length >= long else str(draft.match_length)
-        return (NGRAM, bucket, draft.unanimous, self._last_full == NGRAM)
+    def key(self, offer: Offer, extending: bool = False) -> tuple[str, ...]:
+        """The table key of ``offer`` this round (its phase from the previous round)."""
+        phase = EXTENDING if extending else CONTINUING if self._last_full == offer.drafter else ""
+        return state_key(offer, phase)
 
-    def draft_model_state(self) -> tuple:
-        """``("draft_model", continuing)``."""
-        return (DRAFT_MODEL, self._last_full == DRAFT_MODEL)
+    def _rate(self, segments: Sequence[Segment]) -> float:
+        """Expected committed tokens per ms of a plan (bonus token included)."""
+        expected, reach, cost = 1.0, 1.0, self.costs.verify(sum(s.tokens for s in segments) + 1)
+        for s in segments:
+            a1, an = self.table.alphas(s.key)
+            for j in range(s.tokens):
+                reach *= a1 if j == 0 else an
+                expected += reach
+            cost += s.tokens * (s.offer.step_ms or 0.0)
+        return expected / cost
 
-    def _best_gamma(self, state: tuple, gamma_max: int, step_ms: float) -> tuple[int, float]:
-        """(γ, expected tokens per ms) maximising the rate; γ = 0 is a plain step."""
-        a1, an = self.table.alphas(state)
-        best = (0, 1.0 / self.costs.verify(1))
-        for g in range(1, gamma_max + 1):
-            rate = expected_tokens(a1, an, g) / (self.costs.verify(g + 1) + g * step_ms)
-            if rate > best[1]:
-                best = (g, rate)
-        return best
+    def _best(self, chain: Sequence[Offer], gamma_max: int) -> tuple[float, tuple[Segment, ...]] | None:
+        """The best plan over ``chain``: every offer but the last in full, the last with the
+        γ that maximises the rate; ``None`` when the chain cannot draft."""
+        if any(o.max_tokens <= 0 or o.step_ms is None for o in chain):
+            return None
+        head = tuple(Segment(o, o.max_tokens, self.key(o, extending=i > 0)) for i, o in enumerate(chain[:-1]))
+        last = chain[-1]
+        key = self.key(last, extending=len(chain) > 1)
+        room = min(last.max_tokens, gamma_max - sum(s.tokens for s in head))
+        plans = [head + (Segment(last, g, key),) for g in range(1, room + 1)]
+        return max(((self._rate(p), p) for p in plans), default=None, key=lambda rp: rp[0])
 
-    def choose(self, ngram_draft: Draft | None, draft_model_ready: bool, gamma_max: int) -> Decision:
-        """Pick the drafter and γ for the next round.
+    def choose(self, chains: Sequence[Sequence[Offer]], gamma_max: int) -> Decision:
+        """Pick the plan for the next round.
 
         Args:
-            ngram_draft: the n-gram drafter's proposal (``None`` when it is not used).
-            draft_model_ready: whether a draft model is loaded for this request.
-            gamma_max: most tokens any drafter may propose (budget and context clipped).
+            chains: the candidate plans, each a sequence of offers drafted one after the
+                other (a single offer, or a span that runs out followed by an extension).
+            gamma_max: most tokens a round may draft (budget and context clipped).
         """
         plain_rate = 1.0 / self.costs.verify(1)
-        options: list[tuple[float, str, int, tuple]] = []
-        if NGRAM in self.drafters and ngram_draft is not None and ngram_draft.tokens and gamma_max > 0:
-            state = self.ngram_state(ngram_draft)
-            g, rate = self._best_gamma(state, min(gamma_max, len(ngram_draft.tokens)), 0.0)
-            if g:
-                options.append((rate, NGRAM, g, state))
-        if (DRAFT_MODEL in self.drafters and draft_model_ready and gamma_max > 0
-                and self.costs.draft_step_ms is not None):
-            state = self.draft_model_state()
-            g, rate = self._best_gamma(state, gamma_max, self.costs.draft_step_ms)
-            if g:
-                options.append((rate, DRAFT_MODEL, g, state))
+        options = [b for c in chains if c and gamma_max > 0 for b in [self._best(c, gamma_max)] if b is not None]
         best = max(options, default=None, key=lambda o: o[0])
         if best is None or best[0] < plain_rate * self.table.config.min_gain:
-            return Decision(None, 0, "no drafter expected to beat plain decoding")
-        rate, name, gamma, state = best
-        a1, an = self.table.alphas(state)
-        return Decision(name, gamma, f"{_describe(state)}: α̂₁={a1:.2f} α̂ₙ={an:.2f}, "
-                                     f"γ={gamma} expected {rate / plain_rate:.2f}x plain decoding")
+            return Decision((), "no drafter expected to beat plain decoding")
+        rate, segments = best
+        words = " then ".join(f"{_describe(s)}: α̂₁={a1:.2f} α̂ₙ={an:.2f}, γ={s.tokens}"
+                              for s in segments for a1, an in [self.table.alphas(s.key)])
+        return Decision(segments, f"{words}; expected {rate / plain_rate:.2f}x plain decoding")
 
-    def update(self, name: str | None, draft: Draft | None, accepted: int) -> None:
+    def fixed(self, offer: Offer, gamma: int) -> Decision:
+        """A plan that bypasses the policy: ``gamma`` tokens from ``offer``'s drafter (fixed γ)."""
+        return Decision((Segment(offer, gamma, self.key(offer)),), "fixed γ")
+
+    def update(self, decision: Decision, proposed: Sequence[int], accepted: int) -> None:
         """Fold one round's outcome into the table.
 
         Args:
-            name: the drafter used (None for a plain step).
-            draft: what it proposed.
-            accepted: how many of the proposed tokens were accepted.
+            decision: the round's plan.
+            proposed: tokens each segment actually proposed (a drafter may stop early).
+            accepted: how many of all the proposed tokens were accepted (a prefix).
         """
-        if name is None or draft is None or not draft.tokens:
-            self._last_full = None
-            return
-        state = self.ngram_state(draft) if name == NGRAM else self.draft_model_state()
-        self.table.update(state, len(draft.tokens), accepted)
-        self._last_full = name if accepted == len(draft.tokens) else None
+        self._last_full = None
+        offset = 0
+        for segment, n in zip(decision.segments, proposed):
+            if n <= 0:
+                continue
+            if accepted < offset:  # this segment was never reached
+                break
+            got = min(accepted - offset, n)
+            self.table.update(segment.key, n, got)
+            self._last_full = segment.offer.drafter if got == n else None
+            offset += n

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+TARGET = "target"  # the producer of tokens no drafter proposed (first token, corrections, bonus tokens)
 
 
 @dataclass
@@ -13,11 +17,13 @@ class DrafterStats:
         rounds: verification rounds it drafted.
         proposed: tokens it proposed (and the target verified).
         accepted: of those, tokens the target accepted.
+        ms: wall time of its proposals (milliseconds).
     """
 
     rounds: int = 0
     proposed: int = 0
     accepted: int = 0
+    ms: float = 0.0
 
     @property
     def alpha(self) -> float:
@@ -33,6 +39,11 @@ class GenerationStats:
     committed per decode-phase target forward pass (the prefill pass and the first
     token it yields are excluded); after a loop stop only the tokens kept count, so
     repeats the user never sees do not inflate τ.
+
+    ``switches`` lists every change of plan (``{"at_token", "from", "to", "reason"}``;
+    ``"ngram+draft_model"`` is a copied span the draft model extends). Every emitted token
+    is credited to its producer: the drafter whose proposal the target accepted, or
+    ``"target"`` (:attr:`produced`, :attr:`token_share`).
     """
 
     prompt_tokens: int = 0
@@ -41,8 +52,8 @@ class GenerationStats:
     ttft_ms: float = 0.0
     decode_ms: float = 0.0
     total_ms: float = 0.0
-    overhead_ms: float = 0.0  # n-gram drafter + policy + bookkeeping
-    draft_model_ms: float = 0.0  # draft-model forward passes (excluded from overhead_ms)
+    overhead_ms: float = 0.0  # decode-phase time outside target passes and drafting_ms: lookups, policy, bookkeeping
+    drafting_ms: float = 0.0  # proposals the cost model prices (drafters with a step cost: draft-model passes)
     target_passes: int = 0
     decode_tokens: int = 0
     finish_reason: str | None = None
@@ -51,36 +62,77 @@ class GenerationStats:
     switches: list[dict] = field(default_factory=list)
     accepted_by_position: list[list[int]] = field(default_factory=list)  # [proposed, accepted] per draft slot
     block_sizes: list[int] = field(default_factory=list)
+    generation_settings: dict = field(default_factory=dict)  # effective logits settings (decoding.logits)
+    sources: list[str] = field(default_factory=list, repr=False)  # producer of each emitted token
 
     @property
     def tau(self) -> float:
+        """τ: tokens committed per decode-phase target pass (0 before any pass)."""
         return self.decode_tokens / self.target_passes if self.target_passes else 0.0
 
     def drafter(self, name: str) -> DrafterStats:
+        """The counts of drafter ``name`` (created empty on first use)."""
         return self.drafters.setdefault(name, DrafterStats())
 
-    def record_round(self, name: str | None, proposed: int, accepted: int, committed: int) -> None:
-        """Book one verification round (``name`` None = a plain decode step)."""
+    @property
+    def produced(self) -> dict[str, int]:
+        """Emitted tokens per producer (drafter name or ``"target"``); sums to ``len(sources)``."""
+        return dict(Counter(self.sources))
+
+    @property
+    def token_share(self) -> dict[str, float]:
+        """Share of the emitted tokens each producer made: tokens accepted from drafter X ÷
+        tokens emitted, and ``"target"`` for the rest (sums to 1; empty without tokens)."""
+        n = len(self.sources)
+        return {k: v / n for k, v in self.produced.items()} if n else {}
+
+    def record_first(self) -> None:
+        """Book the prefill's token (always the target's)."""
+        self.sources.append(TARGET)
+
+    def record_round(self, segments: Sequence[tuple[str, int]], accepted: int, committed: int) -> None:
+        """Book one verification round.
+
+        Args:
+            segments: ``(drafter name, tokens proposed)`` in draft order (empty = a plain step).
+            accepted: drafted tokens the target accepted (a prefix of the draft).
+            committed: tokens committed (``accepted + 1``, fewer when a stop cut the block).
+        """
         self.target_passes += 1
         self.decode_tokens += committed
         self.block_sizes.append(committed)
-        if name is None:
-            return
-        d = self.drafter(name)
-        d.rounds += 1
-        d.proposed += proposed
-        d.accepted += accepted
-        while len(self.accepted_by_position) < proposed:
+        offset = 0
+        for name, proposed in segments:
+            if proposed <= 0:
+                continue
+            got = min(max(accepted - offset, 0), proposed)
+            d = self.drafter(name)
+            d.rounds += 1
+            d.proposed += proposed
+            d.accepted += got
+            self.sources += [name] * max(min(got, committed - offset), 0)
+            offset += proposed
+        self.sources += [TARGET] * (committed - min(accepted, committed))
+        total = sum(n for _, n in segments)
+        while len(self.accepted_by_position) < total:
             self.accepted_by_position.append([0, 0])
-        for i in range(proposed):
+        for i in range(total):
             self.accepted_by_position[i][0] += 1
             self.accepted_by_position[i][1] += int(i < accepted)
+
+    def truncate(self, kept: int) -> None:
+        """Keep the producers of the first ``kept`` emitted tokens (after a loop stop's cut)."""
+        del self.sources[kept:]
 
     def to_dict(self) -> dict:
         """JSON-serialisable summary (adds τ and per-drafter α)."""
         out = asdict(self)
+        del out["sources"]
         out["tau"] = round(self.tau, 3)
-        out["drafters"] = {k: {**asdict(v), "alpha": round(v.alpha, 3)} for k, v in self.drafters.items()}
-        for k in ("prefill_ms", "ttft_ms", "decode_ms", "total_ms", "overhead_ms", "draft_model_ms"):
+        out["produced"] = self.produced
+        out["token_share"] = {k: round(v, 3) for k, v in self.token_share.items()}
+        out["drafters"] = {k: {**asdict(v), "ms": round(v.ms, 2), "alpha": round(v.alpha, 3)}
+                           for k, v in self.drafters.items()}
+        for k in ("prefill_ms", "ttft_ms", "decode_ms", "total_ms", "overhead_ms", "drafting_ms"):
             out[k] = round(out[k], 2)
         return out

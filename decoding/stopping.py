@@ -5,14 +5,19 @@ budget (``max_new_tokens`` and the model's context window), the first EOS, the f
 completed stop string and the loop stop each cut the block at the same token plain
 greedy decoding with the same stop handling would end on.
 
+Stop strings are matched, as ``generate(stop_strings=...)`` (``StopStringCriteria``) does,
+against the output's text *with* special tokens, so ``<|im_end|>`` or ``<|im_start|>user``
+fire when the model writes those tokens; the returned text still skips special tokens
+(:func:`text_before_stop`).
+
 The loop stop (:class:`LoopDetector`) is defined on token ids alone, so applying it to
 plain greedy's output (:func:`apply_stops`) gives exactly the prefix the engine emits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
@@ -79,7 +84,8 @@ class StopChecker:
     """Decides where a committed block ends.
 
     Args:
-        tokenizer: used to decode a short tail window when stop strings are set.
+        tokenizer: used to decode a short tail window (special tokens included) when stop
+            strings are set.
         eos_token_ids: ids that end generation (the EOS is kept in the ids).
         stop_strings: strings that end generation at the token completing them.
         max_new_tokens: budget of new tokens (already clipped to the context window).
@@ -147,13 +153,15 @@ class StopChecker:
         return committed
 
     def _completes_stop_string(self) -> bool:
-        tail = self.tokenizer.decode(self.output[-self._window :], skip_special_tokens=True)
+        # Special tokens count, as in StopStringCriteria: a stop string may be or contain one.
+        tail = self.tokenizer.decode(self.output[-self._window :], skip_special_tokens=False)
         return any(s in tail for s in self.stop_strings)
 
     def final_text(self) -> str:
         """The decoded output (special tokens skipped), cut before the first stop string."""
-        text = self.tokenizer.decode(self.output, skip_special_tokens=True)
-        return cut_at_stop_string(text, self.stop_strings) if self.finish_reason == "stop" else text
+        if self.finish_reason == "stop":
+            return text_before_stop(self.tokenizer, self.output, self.stop_strings)
+        return self.tokenizer.decode(self.output, skip_special_tokens=True)
 
 
 def apply_stops(token_ids: Sequence[int], checker: StopChecker) -> tuple[list[int], str | None]:
@@ -167,3 +175,29 @@ def cut_at_stop_string(text: str, stop_strings: Sequence[str]) -> str:
     """``text`` up to (excluding) the earliest occurrence of any stop string."""
     hits = [i for i in (text.find(s) for s in stop_strings) if i >= 0]
     return text[: min(hits)] if hits else text
+
+
+def text_before_stop(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], stop_strings: Sequence[str]) -> str:
+    """The text of ``ids`` with special tokens skipped, up to where the earliest stop string
+    starts in the text decoded *with* special tokens (where the stop string was matched).
+
+    Without special tokens in the output this is :func:`cut_at_stop_string` of the decoded
+    text. Otherwise the match start is located token by token: the text of the tokens
+    wholly before it (special tokens skipped), plus the part of the token it starts in
+    that precedes it (nothing when that token is itself special).
+    """
+    ids = list(ids)
+    plain = tokenizer.decode(ids, skip_special_tokens=True)
+    full = tokenizer.decode(ids, skip_special_tokens=False)
+    hits = [i for i in (full.find(s) for s in stop_strings) if i >= 0]
+    if full == plain or not hits:
+        return cut_at_stop_string(plain, stop_strings)
+    start = min(hits)
+    j = len(ids)  # the largest j whose with-specials text is a prefix of full ending at or before start
+    head = full
+    while j > 0 and (len(head) > start or not full.startswith(head)):
+        j -= 1
+        head = tokenizer.decode(ids[:j], skip_special_tokens=False)
+    special = set(getattr(tokenizer, "all_special_ids", ()))
+    inside = "" if j < len(ids) and ids[j] in special else full[len(head):start]
+    return tokenizer.decode(ids[:j], skip_special_tokens=True) + inside

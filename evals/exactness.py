@@ -7,6 +7,14 @@ transformers' plain greedy output run through :func:`decoding.stopping.apply_sto
 fresh :class:`~decoding.stopping.StopChecker` of the same settings, and the finish reason
 must match too.
 
+"Plain greedy" includes the generation settings every mode decodes with (DESIGN.md: the
+reference is ``generate()`` with the same effective settings): the checkpoint's own
+``generation_config`` (e.g. Qwen2.5-Instruct's ``repetition_penalty`` 1.05) plus any
+request fields passed as ``generation`` (:func:`run_exactness`), resolved once by
+:func:`decoding.logits.effective_settings`. ``generate()`` gets the built-in ones as its
+own kwargs (it builds its own processors from them) and OpenAI's ``logit_bias`` /
+penalties as ``logits_processor``; the report and the log show the effective settings.
+
 For each divergence it reports the question, the mode, the position and the target's
 top-1/top-2 logit margin at that position in the reference, so a numerical near-tie
 (tiny margin, e.g. bf16) is told apart from a bug (large margin). A divergence where no
@@ -23,7 +31,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from decoding import GenerationConfig, SpeculativeEngine
+from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
+from decoding.logits import LogitsSettings, effective_settings
 from decoding.stopping import StopChecker, apply_stops
 from evals.harness import Case, plain_greedy_kwargs
 
@@ -64,8 +73,11 @@ class Reference:
 
 
 def modes_for(engine: SpeculativeEngine) -> list[str]:
-    """Our modes: speculation off, n-gram only, draft model only (when loaded), the policy."""
-    return ["off", "ngram"] + (["draft_model"] if engine.draft is not None else []) + ["auto"]
+    """Our modes (:class:`DraftingMode` values): speculation off, each single-drafter mode the
+    engine has a drafter for (n-gram only, draft model only when loaded), the policy."""
+    names = {d.name for d in engine.drafters}
+    order = (DraftingMode.OFF, DraftingMode.NGRAM, DraftingMode.DRAFT_MODEL, DraftingMode.AUTO)
+    return [m.value for m in order if not m.single or m.value in names]
 
 
 def budget_for(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int) -> int:
@@ -80,28 +92,55 @@ def stop_checker(engine: SpeculativeEngine, budget: int, loop_span: int) -> Stop
     return StopChecker(target.tokenizer, frozenset(target.eos_token_ids()), (), budget, loop_span)
 
 
+def settings_for(engine: SpeculativeEngine, generation: dict | None = None) -> LogitsSettings:
+    """The effective logits settings every mode decodes with: the request fields in
+    ``generation`` (:class:`GenerationConfig` names, e.g. ``{"repetition_penalty": 1.2}``)
+    over the checkpoint's ``generation_config``.
+
+    Raises:
+        GenerationSettingError: a bad value, or a checkpoint setting the engine refuses.
+    """
+    target = engine.target
+    return effective_settings(GenerationConfig(**(generation or {})), target.generation_defaults,
+                              target.model.config.vocab_size)
+
+
 @torch.inference_mode()
-def reference_greedy(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-    """Plain greedy ids from transformers ``generate`` (no logits processors; the engine's EOS)."""
+def reference_greedy(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int,
+                     settings: LogitsSettings | None = None) -> list[int]:
+    """Plain greedy ids from transformers ``generate`` with the effective ``settings``
+    (default: the checkpoint's, :func:`settings_for`) and the engine's EOS."""
+    settings = settings or settings_for(engine)
     x = torch.tensor([prompt_ids], device=engine.target.device)
-    out = engine.target.model.generate(x, **plain_greedy_kwargs(engine, x, max_new_tokens))
+    kwargs = plain_greedy_kwargs(engine, x, max_new_tokens, **settings.generate_kwargs())
+    out = engine.target.model.generate(x, logits_processor=settings.custom_processors(len(prompt_ids)), **kwargs)
     return out[0, len(prompt_ids):].tolist()
 
 
-def reference(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int, loop_span: int = 0) -> Reference:
-    """Plain greedy ``generate()`` through :func:`apply_stops`: what every mode must emit."""
+def reference(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int, loop_span: int = 0,
+              settings: LogitsSettings | None = None) -> Reference:
+    """Plain greedy ``generate()`` (with the effective ``settings``) through
+    :func:`apply_stops`: what every mode must emit."""
     budget = budget_for(engine, prompt_ids, max_new_tokens)
-    raw = reference_greedy(engine, prompt_ids, budget) if budget > 0 else []
+    raw = reference_greedy(engine, prompt_ids, budget, settings) if budget > 0 else []
     checker = stop_checker(engine, budget, loop_span)
     ids, reason = apply_stops(raw, checker)
     return Reference(raw, ids, reason or "length", checker.generated)
 
 
 @torch.inference_mode()
-def logit_margin(engine: SpeculativeEngine, prefix: list[int]) -> float:
-    """Top-1 minus top-2 logit of the target after ``prefix`` (one full forward)."""
+def logit_margin(engine: SpeculativeEngine, prefix: list[int], settings: LogitsSettings | None = None,
+                 prompt_length: int = 0) -> float:
+    """Top-1 minus top-2 logit of the target after ``prefix`` (one full forward), after the
+    logits processors of ``settings`` when given (``prompt_length``: the prompt's part of
+    ``prefix``), since those are the scores greedy decoding compared."""
     target = engine.target
-    logits = target.model(input_ids=torch.tensor([prefix], device=target.device)).logits[0, -1].float()
+    ids = torch.tensor([prefix], device=target.device)
+    logits = target.model(input_ids=ids).logits[0, -1:].float()
+    if settings is not None and settings.active:
+        eos = target.eos_token_ids()
+        logits = settings.processors(prompt_length, eos, target.device)(ids, logits)
+    logits = logits[0]
     top = torch.topk(logits, 2).values
     return float(top[0] - top[1])
 
@@ -131,7 +170,7 @@ def _decode(engine: SpeculativeEngine, case: Case, config: GenerationConfig):
 
 
 def compare(engine: SpeculativeEngine, case: Case, mode: str, ref: Reference, got: list[int], got_finish: str,
-            committed: list[int]) -> Divergence | None:
+            committed: list[int], settings: LogitsSettings | None = None) -> Divergence | None:
     """None when ``got`` (and its finish reason) is the reference's; else the divergence.
 
     A token that differs from plain greedy's before the reference's stop decision is
@@ -143,7 +182,7 @@ def compare(engine: SpeculativeEngine, case: Case, mode: str, ref: Reference, go
     q = case.question
     pos = first_token_mismatch(ref.raw[:ref.decided], committed)
     if pos is not None:
-        margin = round(logit_margin(engine, case.prompt_ids + ref.raw[:pos]), 6)
+        margin = round(logit_margin(engine, case.prompt_ids + ref.raw[:pos], settings, len(case.prompt_ids)), 6)
         return Divergence(q.id, q.question, mode, pos, ref.raw[pos], committed[pos], margin, "token",
                           ref.finish_reason, got_finish)
     pos = first_difference(ref.token_ids, got)
@@ -153,11 +192,14 @@ def compare(engine: SpeculativeEngine, case: Case, mode: str, ref: Reference, go
 
 
 def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: int,
-                  modes: list[str] | None = None, loop_span: int = 0) -> dict:
+                  modes: list[str] | None = None, loop_span: int = 0, generation: dict | None = None) -> dict:
     """Decode every case in every mode and compare with the reference.
 
     Args:
         loop_span: the loop stop's span for every mode and the reference (0 = no loop stop).
+        generation: extra :class:`GenerationConfig` fields for every mode (logits settings such
+            as ``{"repetition_penalty": 1.2, "logit_bias": {...}}``); the reference is
+            ``generate()`` with the same effective settings (these over the checkpoint's).
 
     Returns:
         JSON-able dict with top-level keys ``cases`` (per case: the reference's length, the
@@ -165,9 +207,15 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
         outcome), ``modes``, ``loop_span``, ``reference_finish`` ({finish reason: cases}),
         ``exact`` (per mode: number of identical answers), ``loop_stopped`` (per mode:
         answers ending with ``"repetition"``), ``divergences`` (list of :class:`Divergence`
-        dicts).
+        dicts), ``generation_settings`` (the effective settings, also logged).
+
+    Raises:
+        GenerationSettingError: a bad ``generation`` value, or a checkpoint setting the engine refuses.
     """
     modes = modes or modes_for(engine)
+    generation = dict(generation or {})
+    settings = settings_for(engine, generation)
+    log.info("generation settings (the engine and the generate() reference): %s", settings.to_dict())
     exact = {m: 0 for m in modes}
     loop_stopped = {m: 0 for m in modes}
     divergences: list[Divergence] = []
@@ -175,15 +223,15 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
     rows = []
     for case in cases:
         t0 = time.perf_counter()
-        ref = reference(engine, case.prompt_ids, max_new_tokens, loop_span)
+        ref = reference(engine, case.prompt_ids, max_new_tokens, loop_span, settings)
         reference_finish[ref.finish_reason] += 1
         row = {"id": case.question.id, "question": case.question.question, "prompt_tokens": len(case.prompt_ids),
                "reference_tokens": len(ref.token_ids), "reference_generated": ref.decided,
                "reference_finish": ref.finish_reason, "modes": {}}
         for mode in modes:
-            config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span)
+            config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
             result, committed = _decode(engine, case, config)
-            div = compare(engine, case, mode, ref, result.token_ids, result.finish_reason, committed)
+            div = compare(engine, case, mode, ref, result.token_ids, result.finish_reason, committed, settings)
             row["modes"][mode] = {"exact": div is None, "new_tokens": len(result.token_ids),
                                   "finish_reason": result.finish_reason, "tau": round(result.stats.tau, 3)}
             loop_stopped[mode] += result.finish_reason == "repetition"
@@ -197,7 +245,8 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
         rows.append(row)
         log.info("%s done in %.1f s", case.question.id, time.perf_counter() - t0)
     return {"cases": rows, "modes": modes, "loop_span": loop_span, "reference_finish": dict(reference_finish),
-            "exact": exact, "loop_stopped": loop_stopped, "divergences": [asdict(d) for d in divergences]}
+            "exact": exact, "loop_stopped": loop_stopped, "divergences": [asdict(d) for d in divergences],
+            "generation_settings": settings.to_dict()}
 
 
 def failing_divergences(report: dict, allow_near_ties: float | None) -> list[dict]:

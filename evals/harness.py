@@ -97,7 +97,12 @@ def build_setup(corpus: Path | None, data_dir: Path | None, *, load_models: bool
     if corpus is not None:
         report = ingest_paths([corpus], service.store, progress=False).to_dict()
         log.info("corpus %s: %s", corpus, report["counts"])
-    return EvalSetup(service, settings, tmp, loop_span=settings.loop_span if settings.loop_stop else 0)
+    return EvalSetup(service, settings, tmp, loop_span=service_loop_span(settings))
+
+
+def service_loop_span(settings: Settings) -> int:
+    """The loop stop's span as the service runs it: ``loop_span`` when ``loop_stop`` is on, else 0."""
+    return settings.loop_span if settings.loop_stop else 0
 
 
 def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft_model: str | None = None,

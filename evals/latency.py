@@ -9,6 +9,17 @@ Every mode runs with the loop stop users get (``loop_span``; 0 = off): ours thro
 ``GenerationConfig.loop_span``, the transformers anchors through :class:`LoopStop`, the same
 :class:`decoding.stopping.LoopDetector` as a ``StoppingCriteria``. Per-token numbers (speedups,
 tokens/s, τ) count the tokens the user gets, i.e. the output cut before the repeats.
+
+Anchors: transformers greedy, prompt lookup decoding (``prompt_lookup_num_tokens`` 3/5/10)
+and assisted generation (``hf_assisted``: ``generate(assistant_model=<our draft model>)``,
+Leviathan et al. 2023 as transformers implements it; it cannot use a compiled draft, which is
+part of the comparison). The draft-model modes run only when a draft model is configured;
+otherwise the report lists them under ``skipped`` with the reason.
+
+Per mode the report also shows who produced the tokens the user gets (``token_share``): for
+our modes each drafter's accepted tokens and the target's own (first token, corrections,
+bonus tokens), from the engine's stats; for the anchors the target's share is one token per
+forward pass (prefill included) and the rest is the drafter's (prompt lookup, assistant).
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from decoding import GenerationConfig, SpeculativeEngine
+from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
 from decoding.stopping import LoopDetector, apply_stops
 from evals.exactness import budget_for, stop_checker
 from evals.harness import Case, plain_greedy_kwargs
@@ -33,6 +44,10 @@ log = logging.getLogger(__name__)
 HF_MODES = ("hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "hf_assisted")
 OUR_MODES = ("ours_off", "ours_ngram", "ours_draft_model", "ours_auto")
 DRAFT_MODEL_MODES = ("hf_assisted", "ours_draft_model")  # need a draft model
+NO_DRAFT_REASON = "no draft model is configured (set COPILOT_DRAFT_MODEL or pass --draft-model)"
+# Who proposed the anchors' accepted tokens (the rest, one per forward pass, are the target's).
+HF_DRAFTERS = {"hf_pld_3": "prompt_lookup", "hf_pld_5": "prompt_lookup", "hf_pld_10": "prompt_lookup",
+               "hf_assisted": "assistant"}
 
 
 @dataclass
@@ -51,6 +66,8 @@ class Run:
             applied to their ids).
         generated: ids generated up to the stop decision, including those a loop stop cut
             away (not the anchors' ids past the token that completed the loop).
+        produced: ``tokens`` per producer (a drafter's name or ``"target"``; see the module
+            docstring for the anchors).
     """
 
     tokens: list[int]
@@ -65,6 +82,7 @@ class Run:
     overhead_ms: float = 0.0
     finish_reason: str | None = None
     generated: int = 0
+    produced: dict[str, int] = field(default_factory=dict)
 
     @property
     def decode_ms_per_token(self) -> float:
@@ -166,12 +184,23 @@ def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int
     tokens, finish = apply_stops(generated, stops)
     ttft = (streamer.times[0][0] - t0) * 1000 if streamer.times else total
     itl = _itl(t0, streamer.times)[:max(len(tokens) - 1, 0)]
-    return Run(tokens, total, ttft, itl, max(counter.count - 1, 0), finish_reason=finish, generated=stops.generated)
+    passes = max(counter.count - 1, 0)
+    return Run(tokens, total, ttft, itl, passes, finish_reason=finish, generated=stops.generated,
+               produced=anchor_produced(mode, len(tokens), passes))
+
+
+def anchor_produced(mode: str, n_tokens: int, passes: int) -> dict[str, int]:
+    """Who produced an anchor's ``n_tokens``: one token per target forward (the prefill's
+    included, ``passes`` excluding it) is the target's, the rest its drafter's (none for greedy)."""
+    target = min(n_tokens, passes + 1)
+    drafter = HF_DRAFTERS.get(mode)
+    return {k: v for k, v in (("target", target), (drafter, n_tokens - target)) if k and v}
 
 
 def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int, loop_span: int = 0) -> Run:
-    """Our engine with drafting ``off``/``ngram``/``draft_model``/``auto`` and ``loop_span``."""
-    drafting = mode.removeprefix("ours_")
+    """Our engine with drafting ``off``/``ngram``/``draft_model``/``auto`` (``ours_<DraftingMode>``)
+    and ``loop_span``."""
+    drafting = DraftingMode(mode.removeprefix("ours_"))
     config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=drafting, loop_span=loop_span)
     events: list[tuple[float, int]] = []
     t0 = time.perf_counter()
@@ -188,7 +217,7 @@ def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: i
     tokens = result.token_ids
     return Run(tokens, total, s.ttft_ms, _itl(t0, events)[:max(len(tokens) - 1, 0)], s.target_passes, proposed,
                accepted, s.accepted_by_position, s.block_sizes, s.overhead_ms, result.finish_reason,
-               len(tokens) + s.loop_cut_tokens)
+               len(tokens) + s.loop_cut_tokens, s.produced)
 
 
 def latency_modes(engine: SpeculativeEngine) -> list[str]:
@@ -202,6 +231,11 @@ def latency_modes(engine: SpeculativeEngine) -> list[str]:
     if engine.draft is None:
         return [m for m in HF_MODES if m != "hf_assisted"] + ["ours_auto"]
     return list(HF_MODES) + ["ours_ngram", "ours_draft_model", "ours_auto"]
+
+
+def skipped_modes(engine: SpeculativeEngine) -> dict[str, str]:
+    """``{mode: why it is not timed}``: the draft-model modes when no draft model is configured."""
+    return {m: NO_DRAFT_REASON for m in DRAFT_MODEL_MODES} if engine.draft is None else {}
 
 
 def mode_aliases(engine: SpeculativeEngine, modes: list[str]) -> dict[str, str]:
@@ -251,7 +285,9 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         (ids generated then cut away), ``runs`` (per mode: questions × repeats),
         ``overhead_pct``, ``memory``, ``per_question``, ``acceptance_by_position``,
         ``block_sizes``, ``aliases``, ``policy_states`` (the acceptance per drafting state
-        the engine measured), ``loop_span``.
+        the engine measured), ``loop_span``, ``token_share`` (per mode: share of the tokens
+        users get that each producer made, see the module docstring), ``skipped`` (modes not
+        timed, with the reason).
 
     Raises:
         ValueError: an unknown mode name, or a draft-model mode without a draft model.
@@ -276,6 +312,7 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         log.info("%s timed (%d/%d)", case.question.id, qi + 1, len(cases))
     out = summarize(runs, cases)
     out["aliases"] = mode_aliases(engine, modes)
+    out["skipped"] = {m: why for m, why in skipped_modes(engine).items() if m not in modes}
     out["policy_states"] = engine.acceptance.snapshot()
     out["loop_span"] = loop_span
     return out
@@ -287,7 +324,7 @@ def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
     base = {qid: rs for qid, rs in runs["hf_greedy"].items()}
     out: dict = {k: {} for k in ("speedup", "speedup_e2e", "tau", "alpha", "tokens_per_s", "ttft_ms", "itl_ms",
                                  "exact_vs_greedy", "loop_stopped", "loop_cut_tokens", "runs", "overhead_pct",
-                                 "acceptance_by_position", "block_sizes")}
+                                 "acceptance_by_position", "block_sizes", "token_share")}
     per_question = []
     for case in cases:
         qid = case.question.id
@@ -323,6 +360,12 @@ def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
         out["loop_stopped"][mode] = sum(r.finish_reason == "repetition" for r in all_runs)
         out["loop_cut_tokens"][mode] = sum(r.generated - len(r.tokens) for r in all_runs)
         out["runs"][mode] = len(all_runs)
+        produced: dict[str, int] = {}
+        for r in all_runs:
+            for who, n in r.produced.items():
+                produced[who] = produced.get(who, 0) + n
+        total = sum(produced.values())
+        out["token_share"][mode] = {who: round(n / total, 3) for who, n in sorted(produced.items())} if total else {}
         decode_ms = sum(r.total_ms - r.ttft_ms for r in all_runs)
         out["overhead_pct"][mode] = round(100 * sum(r.overhead_ms for r in all_runs) / decode_ms, 2) \
             if mode.startswith("ours_") and decode_ms else None

@@ -89,12 +89,30 @@ def latency_markdown(report: dict, plots: bool = True) -> str:
                      f"| {report.get('loop_stopped', {}).get(m, '-')} |")
     for alias, timed in report.get("aliases", {}).items():
         lines.append(f"| {alias} | = {timed} (the same configuration: no draft model is loaded) |" + " |" * 9)
-    lines += ["", *_versus_anchors(report)]
+    for mode, why in report.get("skipped", {}).items():
+        lines.append(f"| {mode} | skipped: {why} |" + " |" * 9)
+    lines += ["", *_versus_anchors(report), "", *_token_share_lines(report)]
     lines += ["", f"Memory: {report['memory']} (peak RSS is for the whole process: all modes share it)."]
     if plots:
         lines += ["", "![speedup](speedup.png)", "![tau](tau_hist.png)", "![acceptance](acceptance_by_position.png)",
                   "![copied](speedup_vs_copied.png)"]
     return "\n".join(lines) + "\n"
+
+
+def _token_share_lines(report: dict) -> list[str]:
+    """Per mode, the share of the tokens users get that each producer made: ``target`` (its own
+    tokens: the first, corrections, bonus tokens) and each drafter's accepted tokens."""
+    shares = report.get("token_share") or {}
+    producers = sorted({p for s in shares.values() for p in s}, key=lambda p: (p != "target", p))
+    if not producers:
+        return []
+    lines = ["Who produced the tokens users get (share per mode; anchors: one target token per forward pass, "
+             "the rest their drafter's):", "", "| mode | " + " | ".join(producers) + " |",
+             "|---" * (len(producers) + 1) + "|"]
+    for mode in report["modes"]:
+        row = shares.get(mode, {})
+        lines.append(f"| {mode} | " + " | ".join(f"{row[p]:.1%}" if p in row else "-" for p in producers) + " |")
+    return lines
 
 
 def _runs(report: dict) -> str:

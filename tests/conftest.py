@@ -291,26 +291,33 @@ def scripted_target():
     return make
 
 
-class _ScriptedDrafter:
-    """Point-mass drafter (like the n-gram one) proposing ``script(output_so_far)``."""
+class ScriptedDrafter:
+    """A fake drafter plugged into the engine through the :class:`decoding.drafter.Drafter`
+    protocol (no engine subclass): a point mass (like the n-gram one) proposing
+    ``script(output_so_far + after)``, free to propose (``step_ms`` 0). ``proposals`` records
+    what it proposed."""
 
-    name = "ngram"
-
-    def __init__(self, script) -> None:
-        self.script = script
+    def __init__(self, script, name: str = "ngram") -> None:
+        self.script, self.name = script, name
         self.output: list[int] = []
         self.proposals: list[list[int]] = []
 
-    def begin(self, prompt_ids, contexts, target_cache=None) -> None:
+    def begin(self, request) -> None:
         self.output = []
 
     def observe(self, new_tokens) -> None:
         self.output.extend(int(t) for t in new_tokens)
 
-    def propose(self, committed=None, max_tokens: int = 8):
+    def offer(self, max_tokens: int, after=()):
+        from decoding.drafter import Offer
+
+        n = len(list(self.script(self.output + list(after)))[: max(max_tokens, 0)])
+        return Offer(self.name, n, ("scripted",), "scripted continuation", 0.0)
+
+    def propose(self, max_tokens: int, after=()):
         from decoding.drafter import Draft
 
-        tokens = list(self.script(list(self.output)))[: max(max_tokens, 0)]
+        tokens = list(self.script(self.output + list(after)))[: max(max_tokens, 0)]
         self.proposals.append(tokens)
         return Draft(tokens, None, match_length=99)
 
@@ -318,24 +325,16 @@ class _ScriptedDrafter:
 @pytest.fixture
 def scripted_engine():
     """Factory ``(target, script, **engine_kwargs) -> SpeculativeEngine`` whose only drafter
-    proposes ``script(output_so_far)``; run it with ``drafting="ngram"`` (fixed γ) or
-    ``"auto"``. ``engine.drafter`` is the last request's drafter."""
+    is a :class:`ScriptedDrafter` named ``"ngram"`` proposing ``script(output_so_far)``; run
+    it with ``drafting="ngram"`` (fixed γ) or ``"auto"``. ``engine.drafters[0]`` is the drafter."""
     from decoding import SpeculativeEngine
     from decoding.policy import CostModel
 
-    class ScriptedEngine(SpeculativeEngine):
-        def __init__(self, target, script, **kwargs) -> None:
-            kwargs.setdefault("costs", CostModel(verify_ms=(1.0,) * 12))
-            super().__init__(target, **kwargs)
-            self.script = script
-            self.drafter = None
+    def make(target, script, **kwargs):
+        kwargs.setdefault("costs", CostModel(verify_ms=(1.0,) * 12))
+        return SpeculativeEngine(target, drafters=[ScriptedDrafter(script)], **kwargs)
 
-        def _drafters(self, config, prompt, contexts, cache, *args, **kwargs):
-            self.drafter = _ScriptedDrafter(self.script)
-            self.drafter.begin(prompt, contexts, cache)
-            return self.drafter, None
-
-    return ScriptedEngine
+    return make
 
 
 # ======================================================================================
@@ -413,3 +412,59 @@ def sse_events():
                 event = None
 
     return parse
+
+
+# ======================================================================================
+# BEGIN light API fixtures: the real app over a cheap service (no language model)
+# ======================================================================================
+@pytest.fixture(scope="session")
+def light_store(tmp_path_factory):
+    """The sample corpus in a store of its own, embedded with the model-free ``HashEmbedder``
+    (deterministic vectors, the real tokenizer): real documents, search and highlights in
+    seconds. Read-only for tests (share it)."""
+    import sys
+
+    sys.path.insert(0, str(_DecPath(__file__).parent / "fixtures" / "ingestion"))
+    from ingestion_helpers import HashEmbedder
+
+    from ingestion.pipeline import ingest_paths
+    from ingestion.store import ChunkStore
+
+    store = ChunkStore(tmp_path_factory.mktemp("light-data"), embedder=HashEmbedder())
+    ingest_paths([SAMPLE_CORPUS], store, progress=False)
+    return store
+
+
+@pytest.fixture
+def light_app(light_store, tmp_path):
+    """``(**settings) -> app``: the real app over :func:`light_store` with no target model
+    (``/v1/ask`` and chat answer 503 once a request passes validation; everything else is real)."""
+    from copilot.api.app import create_app
+    from copilot.config import Settings
+    from copilot.service import CopilotService
+
+    def make(**overrides):
+        settings = Settings(**{"data_dir": tmp_path, "_env_file": None, **overrides})
+        return create_app(settings, CopilotService(settings, light_store, None))
+
+    return make
+
+
+@pytest.fixture
+def restore_logging():
+    """Undo what an app's start-up did to the logging configuration (root handler, levels,
+    uvicorn loggers) when the test ends."""
+    import logging
+
+    names = ("", "uvicorn", "uvicorn.error", "uvicorn.access")
+    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate)
+             for n in names}
+    yield
+    for n, (handlers, level, propagate) in saved.items():
+        logger = logging.getLogger(n)
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+# ======================================================================================
+# END light API fixtures
+# ======================================================================================

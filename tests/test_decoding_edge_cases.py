@@ -10,6 +10,7 @@ import torch
 
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.draft_model_drafter import DraftModelDrafter, VocabularyMismatchError
+from decoding.drafter import DraftRequest
 from decoding.engine import PromptError
 from decoding.kv_cache import PreallocatedCache
 from decoding.models import LoadedModel
@@ -305,14 +306,14 @@ def test_draft_model_drafter_stays_in_sync(tiny_models, small, draft_name):
     if shares_prefill:  # the engine hands over the target's prompt KV cache
         target_cache = PreallocatedCache(len(prompt) + 8)
         with torch.inference_mode():
-            small.model(input_ids=torch.tensor([prompt]), past_key_values=target_cache, use_cache=True)
-    drafter.begin(prompt, [], target_cache)
+            small.model(input_ids=torch.tensor([prompt]), cache=target_cache, use_cache=True)
+    drafter.begin(DraftRequest(prompt, [], target_cache))
     # The "truth" for a shared-prefill draft: its cache holds the *target's* prompt KV, which
     # equals its own only when the draft is the target; otherwise check consistency with itself.
     committed = list(prompt)
     plan = [(3, [11]), (5, [2, 2, 7]), (1, []), (4, [30, 31]), (6, [9]), (2, [4, 4, 4, 4, 4]), (8, [])]
     for gamma, external in plan:
-        proposal = drafter.propose(None, gamma).tokens
+        proposal = drafter.propose(gamma).tokens
         assert len(proposal) == gamma
         if draft_name != "small_noisy":
             expected = tiny_models.greedy(draft_name, committed, gamma)
@@ -323,26 +324,26 @@ def test_draft_model_drafter_stays_in_sync(tiny_models, small, draft_name):
         committed += new
     # Resynchronising a fresh drafter on the same committed sequence gives the same proposal.
     fresh = DraftModelDrafter(draft, small, min_confidence=0.0, share_target_prefill=False)
-    fresh.begin(committed, [], None)
+    fresh.begin(DraftRequest(committed, [], None))
     if draft_name != "small_noisy":
-        assert drafter.propose(None, 4).tokens == fresh.propose(None, 4).tokens
+        assert drafter.propose(4).tokens == fresh.propose(4).tokens
 
 
 def test_draft_model_stops_below_min_confidence(tiny_models, small):
     draft = tiny_models.load("small_trunc")
     prompt = prompt_of(small)
     never = DraftModelDrafter(draft, small, min_confidence=1.01)
-    never.begin(prompt, [], None)
-    assert never.propose(None, 6).tokens == []
+    never.begin(DraftRequest(prompt, [], None))
+    assert never.propose(6).tokens == []
     with torch.inference_mode():
         probs = torch.softmax(draft.model(torch.tensor([prompt])).logits[0, -1], -1)
     threshold = float(probs.max()) + 1e-6  # the first step is just below the bar
     picky = DraftModelDrafter(draft, small, min_confidence=threshold)
-    picky.begin(prompt, [], None)
-    assert picky.propose(None, 6).tokens == []
+    picky.begin(DraftRequest(prompt, [], None))
+    assert picky.propose(6).tokens == []
     some = DraftModelDrafter(draft, small, min_confidence=float(probs.max()) - 1e-6)
-    some.begin(prompt, [], None)
-    got = some.propose(None, 6).tokens
+    some.begin(DraftRequest(prompt, [], None))
+    got = some.propose(6).tokens
     assert 1 <= len(got) and got == tiny_models.greedy("small_trunc", prompt, len(got))
 
 
@@ -422,10 +423,10 @@ def test_draft_model_skips_drafting_after_an_id_it_does_not_have(tiny_models):
     """The target (padded vocabulary) emitted an id past the draft's embedding: no crash, no draft."""
     target, draft = tiny_models.load("small_padded"), tiny_models.load("small")
     drafter = DraftModelDrafter(draft, target, min_confidence=0.0)
-    drafter.begin([5, 6, 7], [], None)
-    assert len(drafter.propose(None, 3).tokens) == 3
+    drafter.begin(DraftRequest([5, 6, 7], [], None))
+    assert len(drafter.propose(3).tokens) == 3
     drafter.observe([8, 70])
-    assert drafter.propose(None, 3).tokens == []
+    assert drafter.propose(3).tokens == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -456,3 +457,21 @@ def test_draft_model_mode_without_a_draft_model_is_a_clear_error(small):
     no_draft = SpeculativeEngine(small, costs=CHEAP)
     with pytest.raises(ValueError, match="needs a draft model"):
         no_draft.generate([5, 6, 7], GenerationConfig(max_new_tokens=4, drafting="draft_model"))
+
+
+@pytest.mark.parametrize("draft_name", ["small_trunc", "small"])
+def test_draft_model_continues_a_span_proposed_before_it(tiny_models, small, draft_name):
+    """``propose(γ, after=span)`` is the draft's greedy continuation of committed + span, and
+    the drafter resynchronises afterwards (the span's tokens were never committed)."""
+    draft = tiny_models.load(draft_name)
+    drafter = DraftModelDrafter(draft, small, min_confidence=0.0, step_ms=2.0)
+    prompt = prompt_of(small)
+    drafter.begin(DraftRequest(prompt))
+    span = [11, 12, 13]
+    offer = drafter.offer(5, after=span)
+    assert (offer.drafter, offer.max_tokens, offer.state, offer.step_ms) == ("draft_model", 5, (), 2.0)
+    assert drafter.propose(5, after=span).tokens == tiny_models.greedy(draft_name, prompt + span, 5)
+    drafter.observe([11, 40])  # the span's first token accepted, then the target's correction
+    assert drafter.propose(4).tokens == tiny_models.greedy(draft_name, prompt + [11, 40], 4)
+    window = draft.max_positions
+    assert drafter.offer(window, after=span).max_tokens == window - len(prompt) - 2 - len(span)

@@ -8,8 +8,9 @@ import random
 import pytest
 
 from decoding import GenerationConfig, SpeculativeEngine
-from decoding.drafter import Draft
-from decoding.policy import AcceptanceTable, CostModel, DrafterPolicy, PolicyConfig, expected_tokens
+from decoding.drafter import Offer
+from decoding.policy import (PLAIN, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig, Segment,
+                             expected_tokens, state_name)
 from decoding.stats import DrafterStats, GenerationStats
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -18,8 +19,19 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 CPU_COSTS = CostModel(verify_ms=(30.0, 33.0, 40.0, 48.0, 50.0, 52.0, 54.0, 56.0, 57.0), draft_step_ms=8.0)
 
 
-def ngram_draft(n_tokens: int, match_length: int, unanimous: bool = True) -> Draft:
-    return Draft(list(range(n_tokens)), None, match_length, unanimous)
+def ngram_offer(n_tokens: int, match_length: int, unanimous: bool = True) -> Offer:
+    """What the n-gram drafter offers for a match of ``match_length`` (long_match 4)."""
+    bucket = "4+" if match_length >= 4 else str(match_length)
+    agreement = "unanimous" if unanimous else "ambiguous"
+    return Offer("ngram", n_tokens, (bucket, agreement), f"{bucket}-gram match ({agreement})", 0.0)
+
+
+def dm_offer(n_tokens: int = 8, step_ms: float | None = CPU_COSTS.draft_step_ms) -> Offer:
+    return Offer("draft_model", n_tokens, (), "draft model", step_ms)
+
+
+def choose(policy: DrafterPolicy, ngram: Offer | None = None, dm: Offer | None = None, gamma_max: int = 8):
+    return policy.choose([[o] for o in (ngram, dm) if o is not None], gamma_max)
 
 
 def failing(table: AcceptanceTable, state: tuple, rounds: int = 30) -> None:
@@ -43,7 +55,7 @@ def test_cost_model_extrapolates_linearly():
 
 
 @pytest.mark.parametrize("bad", [dict(prior_strength=0.0), dict(decay=1.5), dict(recovery=-0.1), dict(prior_first=2.0),
-                                 dict(long_match=0), dict(min_gain=float("nan"))])
+                                 dict(min_gain=float("nan")), dict(min_gain=0.0)])
 def test_policy_config_rejects_bad_values(bad):
     with pytest.raises(ValueError, match="invalid PolicyConfig"):
         PolicyConfig(**bad)
@@ -57,7 +69,7 @@ def test_cost_model_rejects_bad_costs(verify, step):
 
 def test_table_counts_first_and_later_positions():
     table = AcceptanceTable(PolicyConfig(decay=1.0, recovery=1.0, prior_strength=1e-9))
-    state = ("ngram", "4+", True, False)
+    state = ("ngram", "4+", "unanimous", "")
     approx = lambda *v: pytest.approx(v, abs=1e-6)  # noqa: E731
     table.update(state, 4, 4)  # all accepted: first 1/1, later 3/3
     assert table.alphas(state) == approx(1.0, 1.0)
@@ -74,7 +86,7 @@ def test_table_counts_first_and_later_positions():
 def test_unvisited_states_drift_back_to_the_prior():
     cfg = PolicyConfig(recovery=0.9)
     table = AcceptanceTable(cfg)
-    bad, other = ("draft_model", False), ("ngram", "2", True, False)
+    bad, other = ("draft_model", ""), ("ngram", "2", "unanimous", "")
     failing(table, bad, 10)
     assert table.alphas(bad)[0] < 0.1
     for _ in range(100):
@@ -84,48 +96,82 @@ def test_unvisited_states_drift_back_to_the_prior():
 
 def test_plain_decoding_when_acceptance_is_low():
     policy = DrafterPolicy(CPU_COSTS)
-    failing(policy.table, policy.ngram_state(ngram_draft(8, 4)))
-    failing(policy.table, policy.draft_model_state())
-    decision = policy.choose(ngram_draft(8, 4), True, 8)
+    failing(policy.table, policy.key(ngram_offer(8, 4)))
+    failing(policy.table, policy.key(dm_offer()))
+    decision = choose(policy, ngram_offer(8, 4), dm_offer())
     assert decision.drafter is None and decision.gamma == 0 and "plain" in decision.reason
 
 
 def test_no_drafter_available_means_plain():
     policy = DrafterPolicy(CPU_COSTS)
-    assert policy.choose(None, False, 8).drafter is None
-    assert policy.choose(Draft([]), False, 8).drafter is None
-    assert policy.choose(ngram_draft(8, 4), True, 0).drafter is None  # no room to draft
-    only_dm = DrafterPolicy(CPU_COSTS, drafters=frozenset({"draft_model"}))
-    assert only_dm.choose(ngram_draft(8, 4), False, 8).drafter is None  # n-gram not allowed, no draft model
+    assert choose(policy).drafter is None
+    assert choose(policy, ngram_offer(0, 4)).drafter is None  # nothing to offer
+    assert choose(policy, ngram_offer(8, 4), dm_offer(), gamma_max=0).drafter is None  # no room to draft
+    assert choose(policy, dm=dm_offer(step_ms=None)).drafter is None  # an unmeasured draft model is never chosen
+    assert choose(policy, dm=dm_offer(0)).drafter is None  # at the end of the draft's context window
 
 
 def test_long_match_picks_the_ngram_drafter():
-    policy = DrafterPolicy(CPU_COSTS)
-    decision = policy.choose(ngram_draft(8, 5), True, 8)
+    decision = choose(DrafterPolicy(CPU_COSTS), ngram_offer(8, 5), dm_offer())
     assert decision.drafter == "ngram" and decision.gamma >= 1 and "4+-gram match (unanimous)" in decision.reason
 
 
 def test_falls_back_to_the_draft_model_then_returns_on_a_long_match():
     policy = DrafterPolicy(CPU_COSTS)
-    assert policy.choose(ngram_draft(8, 2), True, 8).drafter in ("ngram", "draft_model")
+    assert choose(policy, ngram_offer(8, 2), dm_offer()).drafter in ("ngram", "draft_model")
     for _ in range(20):  # short n-gram matches keep failing
-        policy.choose(ngram_draft(4, 2), True, 8)
-        policy.update("ngram", ngram_draft(4, 2), 0)
-    assert policy.table.alphas(("ngram", "2", True, False))[0] < 0.1
-    assert policy.choose(ngram_draft(8, 2), True, 8).drafter == "draft_model"
-    assert policy.choose(ngram_draft(8, 2), False, 8).drafter is None  # no draft model: plain
+        decision = choose(policy, ngram_offer(4, 2))
+        policy.update(decision, [4], 0)
+    assert policy.table.alphas(("ngram", "2", "unanimous", ""))[0] < 0.1
+    assert choose(policy, ngram_offer(8, 2), dm_offer()).drafter == "draft_model"
+    assert choose(policy, ngram_offer(8, 2)).drafter is None  # no draft model: plain
     # A long match reappears: its own state was untouched by the short failures.
-    assert policy.choose(ngram_draft(8, 6), True, 8).drafter == "ngram"
+    assert choose(policy, ngram_offer(8, 6), dm_offer()).drafter == "ngram"
 
 
 def test_ambiguous_and_continuing_matches_are_separate_states():
     policy = DrafterPolicy(CPU_COSTS)
-    assert policy.ngram_state(ngram_draft(8, 3, unanimous=False)) == ("ngram", "3", False, False)
-    policy.choose(ngram_draft(8, 4), False, 8)
-    policy.update("ngram", ngram_draft(8, 4), 8)  # accepted in full: the next round continues a copied span
-    assert policy.ngram_state(ngram_draft(8, 4)) == ("ngram", "4+", True, True)
-    policy.update(None, None, 0)  # a plain step ends the span
-    assert policy.ngram_state(ngram_draft(8, 4)) == ("ngram", "4+", True, False)
+    assert policy.key(ngram_offer(8, 3, unanimous=False)) == ("ngram", "3", "ambiguous", "")
+    decision = choose(policy, ngram_offer(8, 4))
+    policy.update(decision, [decision.gamma], decision.gamma)  # accepted in full: the next round continues
+    assert policy.key(ngram_offer(8, 4)) == ("ngram", "4+", "unanimous", "continuing")
+    assert policy.key(dm_offer()) == ("draft_model", "")  # another drafter does not continue it
+    policy.update(PLAIN, [], 0)  # a plain step ends the span
+    assert policy.key(ngram_offer(8, 4)) == ("ngram", "4+", "unanimous", "")
+    assert state_name(("ngram", "4+", "unanimous", "continuing")) == "ngram:4+:unanimous:continuing"
+    assert state_name(("draft_model", "extending")) == "draft_model:extending"
+
+
+def test_the_draft_model_extends_a_copied_span_that_runs_out():
+    """A 2-token n-gram span (its source ends) followed by the draft model: a chained plan
+    when the extension is measured to pay, the span alone when it is not."""
+    cheap = CostModel(verify_ms=(10.0, 10.2, 10.4, 10.6, 10.8, 11.0, 11.2, 11.4, 11.6), draft_step_ms=0.5)
+    policy = DrafterPolicy(cheap, AcceptanceTable(PolicyConfig(prior_first=0.9, prior_next=0.9)))
+    span, ext = ngram_offer(2, 4), dm_offer(6, 0.5)
+    decision = policy.choose([[span], [dm_offer(8, 0.5)], [span, ext]], 8)
+    assert decision.drafter == "ngram+draft_model" and [s.tokens for s in decision.segments][0] == 2
+    assert decision.segments[1].key == ("draft_model", "extending") and decision.gamma <= 8
+    assert "extending the span before it" in decision.reason
+    # The span's first token rejected: the extension was never reached and is not booked.
+    policy.update(decision, [2, decision.segments[1].tokens], 0)
+    assert ("draft_model", "extending") not in policy.table.counts
+    # The span accepted, the extension's first token rejected: booked as a failed extension.
+    for _ in range(40):
+        policy.update(decision, [2, decision.segments[1].tokens], 2)
+    assert policy.table.alphas(("draft_model", "extending"))[0] < 0.1
+    assert policy.choose([[span], [span, ext]], 8).drafter == "ngram"
+
+
+def test_update_books_each_segment_and_the_last_full_drafter():
+    policy = DrafterPolicy(CPU_COSTS, AcceptanceTable(PolicyConfig(decay=1.0, recovery=1.0, prior_strength=1e-9)))
+    span, ext = ngram_offer(3, 4), dm_offer(4)
+    decision = Decision((Segment(span, 3, policy.key(span)), Segment(ext, 4, policy.key(ext, extending=True))), "test")
+    policy.update(decision, [3, 4], 5)  # the span in full, 2 of the extension's 4
+    assert policy.table.alphas(("ngram", "4+", "unanimous", ""))[0] == pytest.approx(1.0)
+    assert policy.table.alphas(("draft_model", "extending")) == pytest.approx((1.0, 0.5))
+    assert policy.key(span)[-1] == ""  # the round did not end in full
+    policy.update(decision, [3, 2], 5)  # the extension stopped early at 2 and both were accepted
+    assert policy.key(dm_offer())[-1] == "continuing"
 
 
 def test_acceptance_persists_across_requests(scripted_engine, tiny_models):
@@ -139,7 +185,7 @@ def test_acceptance_persists_across_requests(scripted_engine, tiny_models):
     second = engine.generate(prompt, config)
     assert first.token_ids == second.token_ids == ref
     assert first.stats.drafters["ngram"].proposed > second.stats.drafters.get("ngram", DrafterStats()).proposed
-    assert engine.acceptance.snapshot()["ngram:4+:unanimous"]["alpha_first"] < 0.2
+    assert engine.acceptance.snapshot()["ngram:scripted"]["alpha_first"] < 0.2
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -159,7 +205,8 @@ def test_gamma_maximises_expected_tokens_per_cost(seed):
     def rate(g, step):
         return expected_tokens(a1, an, g) / (costs.verify(g + 1) + g * step)
 
-    decision = policy.choose(None if use_dm else ngram_draft(n_draft, 2), use_dm, gamma_max)
+    offer = dm_offer(gamma_max, costs.draft_step_ms) if use_dm else ngram_offer(min(n_draft, gamma_max), 2)
+    decision = policy.choose([[offer]], gamma_max)
     step = costs.draft_step_ms if use_dm else 0.0
     g_max = gamma_max if use_dm else min(gamma_max, n_draft)
     best_g = max(range(1, g_max + 1), key=lambda g: rate(g, step))
@@ -175,8 +222,8 @@ def test_steep_costs_choose_short_drafts_flat_costs_long_ones():
     flat = DrafterPolicy(CostModel(verify_ms=(10.0,) * 9), AcceptanceTable(cfg))
     steep = DrafterPolicy(CostModel(verify_ms=(10.0, 11.0, 16.0, 22.0, 28.0, 34.0, 40.0, 46.0, 52.0)),
                           AcceptanceTable(cfg))
-    assert flat.choose(ngram_draft(8, 4), False, 8).gamma == 8
-    assert steep.choose(ngram_draft(8, 4), False, 8).gamma <= 2
+    assert choose(flat, ngram_offer(8, 4)).gamma == 8
+    assert choose(steep, ngram_offer(8, 4)).gamma <= 2
 
 
 # -- engine level -----------------------------------------------------------------------------------
@@ -197,12 +244,41 @@ def test_switches_are_recorded_with_reasons(scripted_target, tiny_models, byte_t
     assert switches[0]["from"] == "start" and switches[0]["to"] == "ngram" and "gram match" in switches[0]["reason"]
     assert any(s["from"] == "ngram" for s in switches[1:])
     assert all(s["reason"] and s["from"] != s["to"] for s in switches)
-    assert all(s["from"] in ("start", "plain", "ngram", "draft_model") for s in switches)
-    assert all(s["to"] in ("plain", "ngram", "draft_model") for s in switches)
+    plans = ("plain", "ngram", "draft_model", "ngram+draft_model")
+    assert all(s["from"] in ("start", *plans) and s["to"] in plans for s in switches)
     # at_token counts emitted tokens: the n-gram drafter copied the passage before the first switch away
     at = [s["at_token"] for s in switches]
     assert at == sorted(at) and at[0] == 1 and at[1] >= len(copied) // 2 and at[-1] < len(result.token_ids)
     assert result.stats.drafters["ngram"].alpha > 0.5
+    produced = result.stats.produced
+    assert sum(produced.values()) == len(result.token_ids) and produced["ngram"] >= len(copied) // 2
+    assert sum(result.stats.token_share.values()) == pytest.approx(1.0)
+
+
+def test_the_draft_model_continues_past_a_copied_span(tiny_models):
+    """Passages hold pieces of the answer; between them the n-gram span runs out mid-round and
+    the (here perfect) draft model extends it: chained rounds, output still plain greedy, and
+    the tokens each drafter produced add up to the output."""
+    small = tiny_models.load("small")
+    prompt = small.tokenizer.encode("restart xrootd now")
+    ref = tiny_models.greedy("small", prompt, 60)
+    cheap = CostModel(verify_ms=tuple(10.0 + 0.1 * i for i in range(12)), draft_step_ms=0.5)
+    # Priors that expect every drafter to be right: free span tokens then beat draft-model steps.
+    engine = SpeculativeEngine(small, small, costs=cheap, draft_min_confidence=0.0, answer_history=0,
+                               policy=PolicyConfig(prior_first=0.95, prior_next=0.95))
+    config = GenerationConfig(max_new_tokens=60, num_speculative_tokens=8, eos_token_ids=())
+    result = engine.generate(prompt, config, contexts=[ref[0:4], ref[20:24], ref[40:44]])
+    assert result.token_ids == ref
+    s = result.stats
+    assert any(sw["to"] == "ngram+draft_model" and "extending the span before it" in sw["reason"]
+               for sw in s.switches), s.switches
+    assert s.drafters["ngram"].accepted > 0 and s.drafters["draft_model"].accepted > 0
+    assert "draft_model:extending" in engine.acceptance.snapshot()
+    produced = s.produced
+    # One target token per pass plus the prefill's: no stop cut a block here (the budget ends on a bonus token).
+    assert sum(produced.values()) == 60 and produced["target"] == s.target_passes + 1
+    out = s.to_dict()
+    assert out["produced"] == produced and set(out["token_share"]) == set(produced)
 
 
 def test_plain_decoding_when_speculation_never_pays(tiny_models):
@@ -252,8 +328,20 @@ def test_stats_are_consistent_and_serialisable(tiny_models):
 
 def test_stats_record_round():
     s = GenerationStats()
-    s.record_round("ngram", 4, 2, 3)
-    s.record_round(None, 0, 0, 1)
-    s.record_round("ngram", 2, 2, 3)
+    s.record_first()
+    s.record_round([("ngram", 4)], 2, 3)
+    s.record_round([], 0, 1)
+    s.record_round([("ngram", 2)], 2, 3)
     assert s.drafters["ngram"].alpha == pytest.approx(4 / 6) and s.tau == pytest.approx(7 / 3)
     assert s.accepted_by_position == [[2, 2], [2, 2], [1, 0], [1, 0]]
+    assert s.produced == {"target": 4, "ngram": 4}
+    # A chained round: 3 from the n-gram span, 2 of the draft model's 4, then the target's token;
+    # a stop cut the committed block after 4 tokens.
+    s.record_round([("ngram", 3), ("draft_model", 4)], 5, 4)
+    assert s.drafters["draft_model"].proposed == 4 and s.drafters["draft_model"].accepted == 2
+    assert s.produced == {"target": 4, "ngram": 7, "draft_model": 1}
+    # An unreached extension counts as proposed, never as accepted.
+    s.record_round([("ngram", 3), ("draft_model", 4)], 1, 2)
+    assert s.drafters["draft_model"].accepted == 2 and s.produced["target"] == 5
+    s.truncate(10)  # a loop stop cut the output to 10 tokens
+    assert sum(s.produced.values()) == 10 and s.token_share["target"] == pytest.approx(0.4)

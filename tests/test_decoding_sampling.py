@@ -1,9 +1,11 @@
-"""Speculative sampling emits the target's own distribution (chi-square, fixed seeds).
+"""Speculative sampling emits the target's own distribution (chi-square, fixed seeds), and
+a seed reproduces its sample whatever the drafting.
 
 On a tiny model with a 24-token vocabulary at temperature 1 we compute the exact
 distribution of the first three tokens (batched forward passes over every prefix) and
 compare the empirical distribution of many seeded generations against it: without
-speculation, with the n-gram drafter (point-mass q) and with a draft model (its own q).
+speculation, with the n-gram drafter (a point mass) and with a draft model (coupled
+through the same Gumbel noise, :mod:`decoding.sampling`).
 """
 
 from __future__ import annotations
@@ -132,6 +134,42 @@ def test_same_seed_same_sample(tiny_models, micro, prompt):
                                   eos_token_ids=(), drafting=drafting)
         assert engine.generate(prompt, config).token_ids == engine.generate(prompt, config).token_ids
 
+
+COST_TABLES = [CHEAP, CostModel(verify_ms=(1.0, 1.5, 2.0, 2.5), draft_step_ms=0.5),
+               CostModel(verify_ms=(1.0,) * 17, draft_step_ms=0.001)]
+
+
+def test_a_seed_gives_the_same_sample_whatever_the_drafting(tiny_models, micro, prompt):
+    """The token at each position depends only on (seed, position): the same sample in every
+    drafting mode, at every γ (fixed or the policy's), under every cost table (a restart with
+    a new calibration builds a new engine), while speculation really happens."""
+    draft = tiny_models.load("micro_draft")
+    samples = []
+    for seed in (7, 8, 9):
+        outs, proposed, accepted = set(), 0, 0
+        for costs in COST_TABLES:
+            engine = SpeculativeEngine(micro, draft, costs=costs, min_ngram=1, draft_min_confidence=0.0)
+            for mode in ("off", "ngram", "draft_model", "auto"):
+                for gamma in (1, 3, 8):
+                    for fixed in ((False, True) if mode in ("ngram", "draft_model") else (False,)):
+                        config = GenerationConfig(max_new_tokens=16, temperature=0.9, top_k=12, top_p=0.95, seed=seed,
+                                                  eos_token_ids=(), drafting=mode, num_speculative_tokens=gamma,
+                                                  fixed_gamma=fixed)
+                        contexts = [list(next(iter(outs)))[3:]] if outs else []  # n-gram drafts that get accepted
+                        result = engine.generate(prompt, config, contexts=contexts)
+                        outs.add(tuple(result.token_ids))
+                        proposed += sum(d.proposed for d in result.stats.drafters.values())
+                        accepted += sum(d.accepted for d in result.stats.drafters.values())
+        assert len(outs) == 1, (seed, outs)
+        assert proposed > 100 and 0 < accepted < proposed
+        samples.append(outs.pop())
+    assert len(set(samples)) == 3  # different seeds, different samples
+
+
+def test_without_a_seed_draws_differ(micro, prompt):
+    engine = SpeculativeEngine(micro, costs=CHEAP, min_ngram=1)
+    config = GenerationConfig(max_new_tokens=12, temperature=1.0, eos_token_ids=(), drafting="ngram")
+    assert len({tuple(engine.generate(prompt, config).token_ids) for _ in range(4)}) > 1
 
 
 def test_a_seed_reproduces_after_other_requests(tiny_models, micro, prompt):

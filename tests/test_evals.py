@@ -202,12 +202,41 @@ def test_loop_stop_criterion_fires_on_the_block_completing_the_loop():
 
 def test_eval_loop_span_defaults_to_the_service_setting():
     from copilot.config import Settings
+    from evals.harness import EvalSetup, service_loop_span
 
     settings = Settings(_env_file=None)
-    assert _loop_span(settings, None) == (settings.loop_span if settings.loop_stop else 0)
-    assert _loop_span(settings.model_copy(update={"loop_stop": False}), None) == 0
-    assert _loop_span(settings.model_copy(update={"loop_stop": True, "loop_span": 20}), None) == 20
-    assert _loop_span(settings, 0) == 0 and _loop_span(settings, 7) == 7
+    assert service_loop_span(settings) == (settings.loop_span if settings.loop_stop else 0)
+    assert service_loop_span(settings.model_copy(update={"loop_stop": False})) == 0
+    assert service_loop_span(settings.model_copy(update={"loop_stop": True, "loop_span": 20})) == 20
+    setup = EvalSetup(None, None, None, loop_span=20)
+    assert _loop_span(setup, None) == 20 and _loop_span(setup, 0) == 0 and _loop_span(setup, 7) == 7
+
+
+def test_saved_cases_replay_on_the_engine_alone(tiny_engine, tiny_cases, tiny_models, tmp_path):
+    """`copilot eval cases` → `exactness --cases`: the replayed cases are the saved ones, and
+    the replay engine (no store) loads the target the file names and checks exactness."""
+    from evals.harness import EvalSetup, load_cases, replay_setup, save_cases
+
+    _, cases = tiny_cases
+    path = tmp_path / "cases.json"
+    save_cases(cases, path, EvalSetup(None, None, None, replay_engine=tiny_engine, loop_span=SPAN), 12)
+    meta, loaded = load_cases(path)
+    assert loaded == cases
+    assert meta["target_model"] == tiny_engine.target.name and meta["loop_span"] == SPAN
+    setup = replay_setup({**meta, "target_model": str(tiny_models.path("small"))}, device="cpu", dtype="float32")
+    assert setup.service is None and setup.loop_span == SPAN
+    report = run_exactness(setup.engine, loaded, max_new_tokens=meta["max_new_tokens"], loop_span=setup.loop_span)
+    assert report["divergences"] == [] and report["exact"]["ngram"] == len(cases)
+
+
+@pytest.mark.parametrize("content", ["not json", '{"meta": {"format": 99}, "cases": []}', '{"cases": []}'])
+def test_a_bad_cases_file_is_named(tmp_path, content):
+    from evals.harness import load_cases
+
+    path = tmp_path / "cases.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="not an eval cases file"):
+        load_cases(path)
 
 
 def test_latency_without_a_draft_model_times_the_ngram_policy_once(tiny_engine, tiny_cases):
