@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict,
                                TomlConfigSettingsSource, YamlConfigSettingsSource)
 
+from decoding.drafter import DraftingMode
 from decoding.models import EMBEDDED_TARGET_ID
 
 
@@ -37,7 +38,7 @@ class Settings(BaseSettings):
     device: str = Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$", description="auto | cpu | cuda | cuda:N")
     dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
         "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
-    drafting: Literal["auto", "ngram", "draft_model", "off"] = "auto"
+    drafting: DraftingMode = DraftingMode.AUTO
     num_speculative_tokens: int = Field(16, ge=1, le=32)
     max_ngram: int = Field(4, ge=1, le=16)
     min_ngram: int = Field(1, ge=1, le=16)
@@ -64,7 +65,7 @@ class Settings(BaseSettings):
     port: int = 8000
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Bearer keys (comma-separated in the environment); empty = no auth")
-    require_key_for_ask: bool = False
+    require_key_for_ask: bool = Field(False, description="ask and chat need a key even with public_reads")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="JSON request body limit (bytes)")
     max_upload_bytes: int = Field(50_000_000, ge=1024, description="multipart ingest upload limit (bytes)")
     max_upload_files: int = Field(100, ge=1, description="files per multipart ingest upload")
@@ -72,6 +73,17 @@ class Settings(BaseSettings):
     queue_size: int = Field(8, ge=1, description="requests waiting for the generation worker")
     retry_after_s: int = Field(5, ge=1, le=3600, description="minimum Retry-After hint when the queue is full (s)")
     model_alias: str = Field("opscopilot", min_length=1, description="model id served by /v1/models besides the target's")
+    public_reads: bool = Field(False, description="with API keys set, let GET /v1/documents, /v1/search, ask, chat "
+                               "and /v1/models be used without a key (ask/chat still need one with "
+                               "require_key_for_ask)")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="origins allowed to call the API from a browser (comma-separated in the "
+        "environment; '*' for any); empty = no CORS headers")
+    log_format: Literal["text", "json"] = Field("text", description="server log lines: text, or one JSON object "
+                                                "per line; both carry the request id")
+    openai_sources_footer: bool = Field(True, description="append the numbered sources to the chat completion's "
+                                        "message content (what Open WebUI and LangChain show); they are always in "
+                                        "the extra 'sources' field")
 
     @field_validator("prompt_style")
     @classmethod
@@ -91,6 +103,13 @@ class Settings(BaseSettings):
             if v.strip() and not keys:
                 raise ValueError("api_keys is set but holds no key (only commas/blanks); unset it to disable auth")
             return keys
+        return v
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [o.strip() for o in v.split(",") if o.strip()]
         return v
 
     @classmethod
@@ -116,7 +135,7 @@ class Settings(BaseSettings):
 
     @property
     def uploads_dir(self) -> Path:
-        """Where files uploaded to ``POST /v1/ingest`` are kept (``data_dir/uploads/<job-id>/``)."""
+        """Where files uploaded to ``POST /v1/ingest`` are kept (``data_dir/uploads/<folder>/<name>``)."""
         return self.data_dir / "uploads"
 
     def masked(self) -> dict:

@@ -18,6 +18,7 @@ from copilot.sources import Source, group_by_document, with_highlights
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.derived_draft import DERIVED_PREFIX, derive_draft
 from decoding.engine import GenerationResult
+from decoding.logits import effective_settings
 from decoding.stats import GenerationStats
 from decoding.models import LoadedModel, load_model
 from ingestion.documents import SearchFilter
@@ -158,14 +159,25 @@ class CopilotService:
         return len(self.engine.target.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generation_config(self, max_new_tokens: int | None = None, **overrides) -> GenerationConfig:
-        """Defaults from the settings; ``max_new_tokens`` above the cap raises ValueError."""
+        """Defaults from the settings, ``overrides`` (:class:`GenerationConfig` fields) on top.
+
+        Raises:
+            ValueError: ``max_new_tokens`` above the cap.
+            decoding.config.GenerationSettingError: a setting out of range, a token id outside
+                the target's vocabulary, or a checkpoint setting the engine cannot apply
+                exactly (``field`` names it; a ValueError).
+        """
         n = self.settings.max_new_tokens if max_new_tokens is None else max_new_tokens
         if n > self.settings.max_new_tokens_cap:
             raise ValueError(f"max_new_tokens={n} exceeds the configured cap {self.settings.max_new_tokens_cap}")
         overrides.setdefault("drafting", self.settings.drafting)
         overrides.setdefault("num_speculative_tokens", self.settings.num_speculative_tokens)
         overrides.setdefault("loop_span", self.settings.loop_span if self.settings.loop_stop else 0)
-        return GenerationConfig(max_new_tokens=n, **overrides)
+        config = GenerationConfig(max_new_tokens=n, **overrides)
+        if self.engine is not None:  # token ids against the vocabulary, now rather than mid-stream
+            target = self.engine.target
+            effective_settings(config, target.generation_defaults, target.model.config.vocab_size)
+        return config
 
     def warm_up(self) -> None:
         """Load the embedding model and touch both indexes now, not on the first request (seconds)."""

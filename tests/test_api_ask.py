@@ -79,6 +79,43 @@ def test_bad_requests_get_a_reason(client, payload, code):
     assert r.json()["detail"]
 
 
+@pytest.mark.parametrize("payload,field", [
+    ({"repetition_penalty": 0}, "repetition_penalty"),
+    ({"repetition_penalty": -1.2}, "repetition_penalty"),
+    ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"),
+    ({"min_new_tokens": -3}, "min_new_tokens"),
+    ({"logit_bias": {"49152": 5}}, "logit_bias"),  # one past SmolLM2's vocabulary
+    ({"logit_bias": {"7": 101}}, "logit_bias"),
+    ({"logit_bias": {"seven": 1}}, "logit_bias"),
+    ({"suppress_tokens": [10**9]}, "suppress_tokens"),
+    ({"bad_words_ids": [[1, 10**9]]}, "bad_words_ids"),
+    ({"frequency_penalty": 2.5}, "frequency_penalty"),
+])
+def test_generation_settings_out_of_range_are_a_422_naming_the_field(client, payload, field):
+    r = client.post("/v1/ask", json={"question": "How was the FNAL link fixed?", **payload})
+    assert r.status_code == 422, r.text
+    assert field in str(r.json()["detail"])
+
+
+def test_generation_settings_reach_the_engine(client, sample_service):
+    """Every setting is honoured (the engine applies them exactly as generate() does: tests/
+    test_decoding_settings.py) — here: they arrive, and a suppressed token never appears."""
+    tok = sample_service.engine.target.tokenizer
+    plain = client.post("/v1/ask", json={"question": "How was the FNAL link fixed?", "max_new_tokens": 24}).json()
+    first = tok(plain["answer"], add_special_tokens=False)["input_ids"][0]
+    body = {"question": "How was the FNAL link fixed?", "max_new_tokens": 24, "repetition_penalty": 1.3,
+            "no_repeat_ngram_size": 3, "suppress_tokens": [first], "logit_bias": {str(first): -50},
+            "presence_penalty": 0.5}
+    r = client.post("/v1/ask", json=body)
+    assert r.status_code == 200, r.text
+    settings = r.json()["stats"]["generation_settings"]
+    assert settings["repetition_penalty"] == 1.3 and settings["no_repeat_ngram_size"] == 3
+    assert first not in tok(r.json()["answer"], add_special_tokens=False)["input_ids"]
+    chat = client.post("/v1/chat/completions", json={"model": "opscopilot", "max_tokens": 16, "frequency_penalty": 1.0,
+                                                     "messages": [{"role": "user", "content": "FNAL link fix?"}]})
+    assert chat.status_code == 200 and chat.json()["stats"]["generation_settings"]["frequency_penalty"] == 1.0
+
+
 def test_huge_document_offset_is_a_422(client):
     r = client.get("/v1/documents", params={"offset": 2**64})
     assert r.status_code == 422 and r.json()["detail"]
@@ -108,6 +145,9 @@ def test_citations_map_to_the_numbered_sources_of_the_prompt(client, sample_serv
     ({"since": "2026-01-27", "until": "2026-01-28"}, lambda s: "2026-01-27" <= s["created"][:10] <= "2026-01-28"),
     ({"doc_types": ["jira"], "since": "2026-01-27T00:00:00Z"}, lambda s: s["doc_type"] == "jira"
      and s["created"][:10] >= "2026-01-27"),
+    # compact dates are dates (were epoch seconds in 1970, so every day matched)
+    ({"since": "20260127"}, lambda s: s["created"][:10] >= "2026-01-27"),
+    ({"since": "20260127", "until": "202601281200"}, lambda s: "2026-01-27" <= s["created"][:16] <= "2026-01-28T12:00"),
 ])
 def test_filters_through_the_api(client, filters, check):
     r = client.post("/v1/ask", json={"question": "pool disk certificate transfer failures", "top_k": 8,
@@ -119,9 +159,14 @@ def test_filters_through_the_api(client, filters, check):
 
 def test_bad_filters_are_422(client):
     for filters in ({"doc_types": ["spreadsheet"]}, {"since": "yesterday"}, {"since": "2026-02-01", "until": "2026-01-01"},
-                    {"colour": "red"}):
+                    {"colour": "red"}, {"since": "1737331200"}, {"until": 1737331200}):
         r = client.post("/v1/ask", json={"question": "x", "filters": filters})
         assert r.status_code == 422 and r.json()["detail"], filters
+    for field in ("source", "ticket_key"):  # a lone surrogate: was a 500 "Invalid where clause"
+        for stream in ("false", "true"):
+            raw = f'{{"question": "x", "stream": {stream}, "filters": {{"{field}": "\\ud800"}}}}'
+            r = client.post("/v1/ask", content=raw, headers={"content-type": "application/json"})
+            assert r.status_code == 422 and "surrogate" in r.text, (field, r.text)
 
 
 def test_top_k_larger_than_the_collection(client, sample_service):

@@ -73,6 +73,43 @@ def test_chat_completion_streaming_matches(client):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
+def test_sources_reach_standard_clients_as_a_footer(client):
+    """Open WebUI and LangChain's ChatOpenAI show only the message content: the sources are
+    appended to it (non-streaming, and as the last content delta when streaming)."""
+    messages = [{"role": "user", "content": QUESTION}]
+    whole = client.chat.completions.create(model="opscopilot", messages=messages, max_tokens=4, extra_body=EXTRA)
+    content = whole.choices[0].message.content
+    sources = whole.model_extra["sources"]
+    footer = "\n\nSources:\n" + "\n".join(
+        f"[{s['n']}] {s['title'] or s['key']} — {s['source']}" + (f", {s['created'][:10]}" if s["created"] else "")
+        for s in sources)
+    assert content.endswith(footer) and "#OPS-107" in sources[0]["doc_id"]
+    assert "[1] " in footer and "tickets/jira_export.json" in footer
+    chunks = list(client.chat.completions.create(model="opscopilot", messages=messages, max_tokens=4,
+                                                 extra_body=EXTRA, stream=True))
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert deltas[-1] == footer and "".join(deltas) == content
+    # sent back as history, the footer does not reach the prompt
+    answer = content[: -len(footer)]
+    follow = [*messages, {"role": "assistant", "content": None}, {"role": "user", "content": "and then?"}]
+    with_footer = client.chat.completions.create(model="opscopilot", max_tokens=1, extra_body=EXTRA, messages=[
+        *follow[:1], {"role": "assistant", "content": content}, *follow[2:]])
+    without = client.chat.completions.create(model="opscopilot", max_tokens=1, extra_body=EXTRA, messages=[
+        *follow[:1], {"role": "assistant", "content": answer}, *follow[2:]])
+    assert with_footer.usage.prompt_tokens == without.usage.prompt_tokens
+
+
+def test_sources_footer_can_be_turned_off(sample_service, tmp_path):
+    from fastapi.testclient import TestClient
+
+    settings = Settings(data_dir=tmp_path, max_new_tokens=4, top_k=2, openai_sources_footer=False, _env_file=None)
+    service = CopilotService(settings, sample_service.store, sample_service.engine)
+    with TestClient(create_app(settings, service)) as c:
+        body = c.post("/v1/chat/completions", json={"model": "opscopilot", "messages": [
+            {"role": "user", "content": QUESTION}]}).json()
+    assert "Sources:" not in body["choices"][0]["message"]["content"] and body["sources"]
+
+
 def test_history_and_system_messages(client):
     resp = client.chat.completions.create(
         model="opscopilot", max_tokens=4, extra_body=EXTRA,
@@ -97,8 +134,16 @@ def test_openai_errors(client, server):
     with pytest.raises(openai.UnprocessableEntityError, match="cap"):
         client.chat.completions.create(model="opscopilot", max_tokens=10**6,
                                        messages=[{"role": "user", "content": QUESTION}])
-    with pytest.raises(openai.UnprocessableEntityError):
-        client.chat.completions.create(model="opscopilot", n=2, messages=[{"role": "user", "content": QUESTION}])
+    # parameters the server does not implement: 400 naming them, never silently dropped
+    for kwargs, param in (({"n": 2}, "n"), ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
+                          ({"tools": [{"type": "function", "function": {"name": "get_ticket", "parameters": {
+                              "type": "object", "properties": {}}}}]}, "tools"),
+                          ({"response_format": {"type": "json_object"}}, "response_format")):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": QUESTION}],
+                                           **kwargs)
+        assert err.value.param == param and err.value.code == "unsupported_parameter", kwargs
+        assert param in err.value.message
     with openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0) as bad:
         with pytest.raises(openai.PermissionDeniedError, match="invalid API key"):
             bad.models.list()

@@ -91,7 +91,7 @@ def _wait(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
 
 
 # -- auth -----------------------------------------------------------------------------------------
-def test_keys_required_for_ingest_and_delete_not_for_ask(make_app):
+def test_keys_required_for_ingest_delete_and_reads(make_app):
     app, _ = make_app(api_keys=["k1", "k2"])
     with TestClient(app) as c:
         r = c.post("/v1/ingest", json={"path": "x"})
@@ -107,13 +107,21 @@ def test_keys_required_for_ingest_and_delete_not_for_ask(make_app):
         assert c.delete("/v1/documents/a%23b", headers={"Authorization": "Bearer nope"}).status_code == 403
         assert c.delete("/v1/documents/a%23b", headers={"Authorization": "Bearer k1"}).status_code == 404
         assert c.get("/v1/ingest/abc").status_code == 401
-        # ask needs no key unless require_key_for_ask
+        # answers quote stored documents: reads too, unless public_reads
+        assert c.post("/v1/ask", json={"question": QUESTION}).status_code == 401
+        assert c.post("/v1/ask", json={"question": QUESTION}, headers={"Authorization": "Bearer k1"}).status_code == 200
+        assert c.get("/v1/models").status_code == 401
+        assert c.get("/v1/documents").status_code == 401
+    app, _ = make_app(api_keys=["k1", "k2"], public_reads=True)
+    with TestClient(app) as c:
         assert c.post("/v1/ask", json={"question": QUESTION}).status_code == 200
         assert c.get("/v1/models").status_code == 200
+        assert c.get("/v1/documents").status_code == 200
+        assert c.delete("/v1/documents/a%23b").status_code == 401
 
 
 def test_require_key_for_ask(make_app):
-    app, _ = make_app(api_keys=["k1"], require_key_for_ask=True)
+    app, _ = make_app(api_keys=["k1"], require_key_for_ask=True, public_reads=True)
     with TestClient(app) as c:
         assert c.post("/v1/ask", json={"question": QUESTION}).status_code == 401
         assert c.post("/v1/ask", json={"question": QUESTION},
@@ -123,6 +131,7 @@ def test_require_key_for_ask(make_app):
         r = c.get("/v1/models")
         assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
         assert c.get("/healthz").status_code == 200 and c.get("/metrics").status_code == 200
+        assert c.get("/v1/documents").status_code == 200  # public reads; asking still needs the key
 
 
 # -- limits ---------------------------------------------------------------------------------------

@@ -52,6 +52,9 @@ def test_date_range_filter_is_inclusive(retriever):
     # the shift log of that day and the OPS-110 ticket (created that day) are in range
     docs = {h.chunk.doc_id for h in hits}
     assert "tickets/jira_export.json#OPS-110" in docs
+    # the same day written as a compact date (was read as epoch seconds: 1970)
+    compact = Filters(since="20260120", until="20260120").to_search_filter()
+    assert compact == flt and {h.chunk.doc_id for h in retriever.retrieve(Q, 50, compact)} == docs
 
 
 def test_filters_combine(retriever):

@@ -8,8 +8,9 @@ import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
-from copilot.api import errors
+from copilot.api import errors, logs
 from copilot.config import Settings, get_settings
 from copilot.api.jobs import IngestJobManager
 from copilot.api.limits import BodyLimitMiddleware
@@ -30,12 +31,17 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             at shutdown.
     Routes: ``/`` (the page), ``/v1/ask``, ``/v1/search``, ``/v1/chat/completions``, ``/v1/models``, ``/v1/ingest``,
     ``/v1/documents``, ``/healthz``, ``/readyz``, ``/metrics`` (see ``/docs``).
+
+    Middleware, outermost first: request ids (``X-Request-Id`` on every response, in every
+    log line), metrics, CORS (only with ``cors_origins``), body limits. At start-up the
+    root logger gets one handler in ``log_format`` (see :func:`copilot.api.logs.configure`).
     """
     settings = settings or get_settings()
     app_metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        logs.configure(settings.log_format)  # here, after uvicorn configured its own loggers
         app.state.settings = settings
         app.state.metrics = app_metrics
         app.state.started_at = time.time()
@@ -62,7 +68,13 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
     errors.install(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
                        max_upload_bytes=settings.max_upload_bytes, upload_paths=("/v1/ingest",))
-    app.add_middleware(MetricsMiddleware, metrics=app_metrics)  # outermost: 413s are counted too
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+                           allow_headers=["Authorization", "Content-Type", logs.HEADER],
+                           expose_headers=[logs.HEADER, "Retry-After"], max_age=600)
+    app.add_middleware(MetricsMiddleware, metrics=app_metrics)  # 413s and CORS answers are counted too
+    app.add_middleware(logs.RequestIdMiddleware)  # outermost: every response carries the id
     for router in (health.router, metrics.router, ask.router, search.router, chat.router, ingest.router, documents.router,
                    ui.router):
         app.include_router(router)

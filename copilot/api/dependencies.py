@@ -65,12 +65,26 @@ def require_api_key(request: Request, settings: Settings = Depends(get_settings)
     _check_key(settings, request, credentials)
 
 
-def ask_auth(request: Request, settings: Settings = Depends(get_settings),
-             credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """Ask and chat: a key is required only with ``require_key_for_ask``.
+def read_auth(request: Request, settings: Settings = Depends(get_settings),
+              credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """Reading stored content (``GET /v1/documents``, ``/v1/search``): a key is required when keys
+    are configured, unless ``public_reads``.
 
     Raises:
         HTTPException: 401 or 403 as :func:`require_api_key`.
     """
-    if settings.require_key_for_ask:
+    if not settings.public_reads:
+        _check_key(settings, request, credentials)
+
+
+def ask_auth(request: Request, settings: Settings = Depends(get_settings),
+             credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """Ask, chat and the model list: answers quote stored content, so they are reads: a key is
+    required when keys are configured, unless ``public_reads`` (and then still with
+    ``require_key_for_ask``).
+
+    Raises:
+        HTTPException: 401 or 403 as :func:`require_api_key`.
+    """
+    if settings.require_key_for_ask or not settings.public_reads:
         _check_key(settings, request, credentials)

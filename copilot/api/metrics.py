@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (GCCollector, PlatformCollector, ProcessCollector, CollectorRegistry, Counter, Gauge,
+                               Histogram, disable_created_metrics, generate_latest)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: Seconds; covers fast health checks up to multi-minute generations.
@@ -29,12 +30,17 @@ class Metrics:
     request; drafter ``all`` is the request's overall τ), ``draft_tokens_proposed_total{drafter}``
     and ``draft_tokens_accepted_total{drafter}`` (their ratio is the aggregate α),
     ``queue_depth``, ``queue_wait_seconds``, ``queue_rejections_total``,
-    ``ingest_jobs_total{status}``.
+    ``ingest_jobs_total{status}``; plus prometheus_client's standard process (``process_*``:
+    CPU seconds, resident memory, open file descriptors, start time), platform
+    (``python_info``) and garbage-collector (``python_gc_*``) collectors.
     """
 
     def __init__(self) -> None:
         disable_created_metrics()  # no *_created series: they double the output and nobody graphs them
         r = self.registry = CollectorRegistry()
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.requests = Counter("copilot_http_requests", "HTTP requests by route template and status",
                                 ["method", "route", "status"], registry=r)
         self.latency = Histogram("copilot_http_request_duration_seconds",

@@ -1,9 +1,14 @@
 """Pydantic models of the OpenAI-compatible chat API (``/v1/chat/completions``, ``/v1/models``).
 
-Only what OpsCopilot serves is modelled; unknown request parameters are ignored so
-existing clients work unchanged. Extensions: ``top_k`` and ``filters`` in the request
-(``extra_body`` in the ``openai`` client), ``sources`` and ``stats`` in the response
-(and in the last streamed chunk).
+Every chat parameter of OpenAI's API is modelled. Those OpsCopilot implements are used;
+``logit_bias``, ``frequency_penalty`` and ``presence_penalty`` are honoured exactly (the output
+is what ``generate()`` gives with the same logits processors); those it cannot honour (``n`` > 1,
+``logprobs``, ``tools``, a ``response_format`` other than text, audio output, ...) are refused with a 400 naming the
+parameter when set to anything but their default (:meth:`ChatCompletionRequest.unsupported`);
+the rest (``user``, ``metadata``, ``store``, ...) have no effect on an answer and are ignored,
+as are names OpenAI does not define. Extensions: ``top_k`` and ``filters`` in the request
+(``extra_body`` in the ``openai`` client), ``sources`` and ``stats`` in the response (and in
+the last streamed chunk).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from copilot.api.schemas import Filters, Seed, SourceOut, Text
+from copilot.api.schemas import Filters, JSONObject, Seed, SourceOut, Text, logits_settings
 
 
 class ContentPart(BaseModel):
@@ -20,7 +25,7 @@ class ContentPart(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    type: str
+    type: Text
     text: Text | None = None
 
 
@@ -29,8 +34,9 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Text | list[ContentPart] | None = None
+    name: Text | None = None
 
     def text(self) -> str:
         """The message text (text parts joined by newlines).
@@ -49,9 +55,19 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    """``stream_options``: only ``include_usage`` has an effect."""
+
     model_config = ConfigDict(extra="ignore")
 
     include_usage: bool = False
+
+
+class UnsupportedParameterError(ValueError):
+    """A chat parameter set to a value OpsCopilot cannot honour (HTTP 400, ``param`` names it)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class ChatCompletionRequest(BaseModel):
@@ -60,17 +76,39 @@ class ChatCompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: Text = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1, max_length=100)
-    stream: bool = False
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(None, ge=0, description="deprecated OpenAI name of max_completion_tokens")
     max_completion_tokens: int | None = Field(None, ge=0)
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="default 0: greedy, exact")
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     seed: Seed | None = None
-    stop: str | list[str] | None = Field(None, description="up to 4 stop strings")
-    n: int = Field(1, ge=1, le=1, description="only 1 choice is supported")
+    stop: Text | list[Text] | None = Field(None, description="up to 4 stop strings")
+    # Logits settings, honoured exactly (as generate() with the same processors applies them)
+    logit_bias: dict[Text, float] | None = Field(None, description="{token id: bias in [-100, 100]}")
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    # OpenAI parameters refused unless at their default (see unsupported())
+    n: int | None = Field(None, ge=1, le=128, description="only 1 choice is supported")
+    logprobs: bool | None = Field(None, description="not supported (only false)")
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="not supported")
+    tools: list[JSONObject] | None = Field(None, description="not supported (no tool calls)")
+    tool_choice: Text | JSONObject | None = Field(None, description="only 'none' or 'auto' (never calls a tool)")
+    parallel_tool_calls: bool | None = None
+    functions: list[JSONObject] | None = Field(None, description="not supported (deprecated tools)")
+    function_call: Text | JSONObject | None = Field(None, description="only 'none' or 'auto'")
+    response_format: JSONObject | None = Field(None, description="only {\"type\": \"text\"}")
+    modalities: list[Text] | None = Field(None, description="only ['text']")
+    audio: JSONObject | None = Field(None, description="not supported")
+    web_search_options: JSONObject | None = Field(None, description="not supported")
+    # OpenAI parameters without effect on an answer here (accepted, ignored)
+    user: Text | None = None
+    metadata: dict[Text, Text] | None = None
+    store: bool | None = None
+    service_tier: Text | None = None
+    reasoning_effort: Text | None = None
     # OpsCopilot extensions
     top_k: int | None = Field(None, ge=1, le=100, description="source documents to retrieve")
     filters: Filters | None = None
@@ -83,6 +121,41 @@ class ChatCompletionRequest(BaseModel):
         if len(stops) > 4 or any(not s for s in stops):
             raise ValueError("stop: at most 4 non-empty strings")
         return self
+
+    def unsupported(self) -> UnsupportedParameterError | None:
+        """The first parameter set to a value this server cannot honour, as an error naming it
+        (None when every parameter can be honoured)."""
+        def error(param: str, what: str) -> UnsupportedParameterError:
+            return UnsupportedParameterError(param, f"{param}: {what} is not supported by this server")
+
+        if self.n is not None and self.n != 1:
+            return error("n", f"n={self.n} (only one choice)")
+        if self.logprobs:
+            return error("logprobs", "logprobs=true")
+        if self.top_logprobs:
+            return error("top_logprobs", f"top_logprobs={self.top_logprobs}")
+        if self.tools:
+            return error("tools", "tool calling")
+        if self.functions:
+            return error("functions", "function calling")
+        for param in ("tool_choice", "function_call"):
+            choice = getattr(self, param)
+            if choice is not None and choice not in ("none", "auto"):
+                return error(param, "forcing a tool call")
+        if self.response_format is not None and self.response_format.get("type", "text") != "text":
+            kind = self.response_format.get("type")
+            return error("response_format", f"response_format type {str(kind)[:40]!r} (only 'text')")
+        if self.modalities is not None and any(m != "text" for m in self.modalities):
+            return error("modalities", "output other than text")
+        if self.audio is not None:
+            return error("audio", "audio output")
+        if self.web_search_options is not None:
+            return error("web_search_options", "web search")
+        return None
+
+    def logits_settings(self) -> dict[str, Any]:
+        """``logit_bias`` and the penalties for :meth:`CopilotService.generation_config`."""
+        return logits_settings(self)
 
     @property
     def stop_strings(self) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from copilot.filters import Filters, Text
+from copilot.filters import Filters, JSONObject, Text  # noqa: F401 (re-exported)
 from copilot.sources import Source
 
 
@@ -40,6 +40,38 @@ class AskRequest(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (exact)")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: Seed | None = None
+    # Logits settings, honoured exactly as transformers' generate() applies them (unset = the
+    # checkpoint's generation_config value, as generate() does).
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0, description="CTRL repetition penalty (1 = off)")
+    no_repeat_ngram_size: int | None = Field(None, ge=0, le=64, description="no n-gram of this size repeats (0 = off)")
+    min_new_tokens: int | None = Field(None, ge=0, description="end-of-sequence forbidden before this many tokens")
+    bad_words_ids: list[list[Annotated[int, Field(ge=0)]]] | None = Field(
+        None, max_length=1024, description="token-id sequences never generated")
+    suppress_tokens: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=4096,
+                                                                     description="token ids never generated")
+    logit_bias: dict[Text, float] | None = Field(None, description="OpenAI logit_bias: {token id: bias in [-100, 100]}")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI frequency penalty")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI presence penalty")
+
+    def logits_settings(self) -> dict[str, Any]:
+        """The logits settings for :meth:`CopilotService.generation_config` (unset ones left out)."""
+        return logits_settings(self)
+
+
+#: Request fields passed through to :class:`decoding.config.GenerationConfig` as they are.
+LOGITS_FIELDS = ("repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "bad_words_ids", "suppress_tokens",
+                 "logit_bias", "frequency_penalty", "presence_penalty")
+
+
+def logits_settings(body: BaseModel) -> dict[str, Any]:
+    """The :data:`LOGITS_FIELDS` a request sets (``None`` and empty ones left out)."""
+    out = {}
+    for name in LOGITS_FIELDS:
+        value = getattr(body, name, None)
+        if value is None or value == {}:
+            continue
+        out[name] = tuple(tuple(v) for v in value) if name == "bad_words_ids" else value
+    return out
 
 
 class ChunkMatch(BaseModel):
@@ -177,7 +209,7 @@ class IngestPathRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(min_length=1, max_length=4096,
+    path: Text = Field(min_length=1, max_length=4096,
                       description="relative to the ingest root, or absolute inside it; no '..'")
     prune: bool = Field(False, description="delete documents whose source file is gone or whose entry vanished")
 

@@ -40,7 +40,7 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
     started = time.perf_counter()
     try:
         config = service.generation_config(body.max_new_tokens, temperature=body.temperature, top_p=body.top_p,
-                                           seed=body.seed)
+                                           seed=body.seed, **body.logits_settings())
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     run = generation.start(request, service, worker, metrics, body.question, endpoint="ask", started=started,

@@ -1,13 +1,25 @@
 """OpenAI-compatible ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
 Retrieval runs on the last (user) message; earlier user/assistant messages become the
-history. The numbered passages come back in the ``sources`` extension field (on the
-response, or on the streamed chunk that carries ``finish_reason``).
+history. The numbered sources come back in the ``sources`` extension field (on the
+response, or on the streamed chunk that carries ``finish_reason``) and, with
+``openai_sources_footer`` (on by default), also as a footer of the message content, which
+is all standard clients (Open WebUI, LangChain's ``ChatOpenAI``) show::
+
+    <answer citing [1]>
+
+    Sources:
+    [1] Title — tickets/jira_export.json, 2026-01-20
+
+Streamed, the footer is the last content delta. A footer in an assistant message sent
+back as history is removed before it reaches the prompt. Parameters the server cannot
+honour get a 400 naming them (see :meth:`ChatCompletionRequest.unsupported`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 
@@ -17,6 +29,7 @@ from sse_starlette import EventSourceResponse
 from copilot.api import generation
 from copilot.config import Settings
 from copilot.api.dependencies import ask_auth, get_metrics, get_service, get_settings, get_worker
+from copilot.api.errors import ParameterError
 from copilot.api.generation import GenerationFailedError
 from copilot.api.metrics import Metrics
 from copilot.api.openai_schemas import (AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
@@ -28,7 +41,34 @@ from copilot.api.worker import GenerationWorker
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
-ERRORS = {code: {"model": OpenAIError} for code in (401, 403, 404, 413, 422, 500, 503)}
+ERRORS = {code: {"model": OpenAIError} for code in (400, 401, 403, 404, 413, 422, 500, 503)}
+
+#: Opens the sources footer of a message's content.
+FOOTER_HEADING = "\n\nSources:\n"
+_FOOTER_LINE = re.compile(r"\[\d+\] .*")
+
+
+def sources_footer(sources: list[SourceOut]) -> str:
+    """The footer listing ``sources`` for a message's content (empty without sources): a blank
+    line, ``Sources:``, then ``[n] title — source, date`` per source (title, else key, else
+    document id; the date when known)."""
+    if not sources:
+        return ""
+    lines = []
+    for s in sources:
+        title = " ".join((s.title or s.key or s.doc_id).split())
+        where = s.source + (f", {s.created[:10]}" if s.created else "")
+        lines.append(f"[{s.n}] {title} — {where}")
+    return FOOTER_HEADING + "\n".join(lines)
+
+
+def strip_sources_footer(text: str) -> str:
+    """``text`` without a trailing sources footer (as :func:`sources_footer` writes it)."""
+    at = text.rfind(FOOTER_HEADING)
+    if at < 0:
+        return text
+    tail = text[at + len(FOOTER_HEADING):].strip("\n").split("\n")
+    return text[:at] if tail and all(_FOOTER_LINE.fullmatch(line) for line in tail) else text
 
 
 def served_models(settings: Settings) -> list[str]:
@@ -61,20 +101,26 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            metrics: Metrics = Depends(get_metrics)):
     """Answer the last user message over the logbooks and tickets (OpenAI chat format).
 
-    Errors: 404 unknown model, 413 question over the prompt budget, 422 invalid request
-    (last message not the user's, non-text content, budget over the cap), 503 queue full
-    (with Retry-After, which the ``openai`` client honours).
+    Errors: 400 a parameter the server does not implement (``n`` > 1, ``logprobs``, ``tools``,
+    ``response_format`` other than text; named in ``error.param``),
+    404 unknown model, 413 question over the prompt budget, 422 invalid request (last message
+    not the user's, non-text content, budget over the cap), 503 queue full (with Retry-After,
+    which the ``openai`` client honours).
     """
     started = time.perf_counter()
+    refused = body.unsupported()
+    if refused is not None:
+        raise ParameterError(status.HTTP_400_BAD_REQUEST, str(refused), refused.param, "unsupported_parameter")
     if body.model not in served_models(settings):
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"the model {body.model!r} does not exist; use one of {served_models(settings)}")
     try:
         question = body.messages[-1].text()
-        history = [ChatTurn(m.role, m.text()) for m in body.messages[:-1] if m.role in ("user", "assistant")]
+        history = [ChatTurn(m.role, strip_sources_footer(m.text()) if m.role == "assistant" else m.text())
+                   for m in body.messages[:-1] if m.role in ("user", "assistant")]
         config = service.generation_config(body.budget, temperature=body.temperature or 0.0,
                                            top_p=body.top_p if body.top_p is not None else 1.0, seed=body.seed,
-                                           stop_strings=body.stop_strings)
+                                           stop_strings=body.stop_strings, **body.logits_settings())
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     run = generation.start(request, service, worker, metrics, question, endpoint="chat", started=started,
@@ -109,8 +155,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                     {"error": {"message": str(exc), "type": "server_error"}, "detail": str(exc)}).model_dump_json()}
                 return
             outcome = run.outcome()
+            out = _sources(sources, outcome)
+            footer = sources_footer(out) if settings.openai_sources_footer else ""
+            if footer:
+                yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=footer), finish_reason=None)])}
             yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=_finish_reason(outcome.finish_reason))],
-                                 sources=_sources(sources, outcome), stats=outcome.stats)}
+                                 sources=out, stats=outcome.stats)}
             if include_usage:
                 yield {"data": chunk(choices=[], usage=_usage(outcome))}
             yield {"data": "[DONE]"}
@@ -118,10 +168,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         return EventSourceResponse(sse())
 
     outcome = await run.complete(request)
+    out = _sources(sources, outcome)
+    content = outcome.text + (sources_footer(out) if settings.openai_sources_footer else "")
     return ChatCompletion(id=completion_id, created=created, model=body.model,
-                          choices=[Choice(message=AssistantMessage(content=outcome.text),
+                          choices=[Choice(message=AssistantMessage(content=content),
                                           finish_reason=_finish_reason(outcome.finish_reason))],
-                          usage=_usage(outcome), sources=_sources(sources, outcome), stats=outcome.stats)
+                          usage=_usage(outcome), sources=out, stats=outcome.stats)
 
 
 def _usage(outcome: generation.Outcome) -> Usage:

@@ -4,6 +4,9 @@ Document ids contain ``/`` and ``#`` (``tickets/jira_export.json#OPS-101``): the
 takes the rest of the path, so ``/`` may be sent as is, but ``#`` must be sent as ``%23``
 (clients treat a raw ``#`` as the start of a fragment). Percent-encoding the whole id
 (``%2F``, ``%23``) works too.
+
+Reading needs an API key when keys are configured, unless ``public_reads``; deleting
+always needs one then.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ import asyncio
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
-from copilot.api.dependencies import get_service, require_api_key
-from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse
+from copilot.api.dependencies import get_service, read_auth, require_api_key
+from copilot.api.schemas import (ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse,
+                                 Text)
 from copilot.service import CopilotService
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])
 
 
-@router.get("", response_model=DocumentPage)
+_READ_ERRORS = {code: {"model": ErrorResponse} for code in (401, 403)}
+
+
+@router.get("", response_model=DocumentPage, dependencies=[Depends(read_auth)], responses=_READ_ERRORS)
 async def list_documents(offset: int = Query(0, ge=0, le=2**63 - 1, description="documents to skip"),
                          limit: int = Query(50, ge=1, le=1000, description="page size"),
                          service: CopilotService = Depends(get_service)) -> DocumentPage:
@@ -28,8 +35,9 @@ async def list_documents(offset: int = Query(0, ge=0, le=2**63 - 1, description=
     return DocumentPage(total=total, offset=offset, limit=limit, documents=[DocumentOut.from_row(r) for r in rows])
 
 
-@router.get("/{doc_id:path}", response_model=DocumentDetail, responses={404: {"model": ErrorResponse}})
-async def get_document(doc_id: str, service: CopilotService = Depends(get_service)) -> DocumentDetail:
+@router.get("/{doc_id:path}", response_model=DocumentDetail, dependencies=[Depends(read_auth)],
+            responses={**_READ_ERRORS, 404: {"model": ErrorResponse}})
+async def get_document(doc_id: Text, service: CopilotService = Depends(get_service)) -> DocumentDetail:
     """One document with its chunks (404 if unknown)."""
     info = await asyncio.to_thread(service.store.get_document_info, doc_id)
     if info is None:
@@ -41,7 +49,7 @@ async def get_document(doc_id: str, service: CopilotService = Depends(get_servic
 
 @router.delete("/{doc_id:path}", response_model=DeleteResponse, dependencies=[Depends(require_api_key)],
                responses={code: {"model": ErrorResponse} for code in (401, 403, 404)})
-async def delete_document(doc_id: str, service: CopilotService = Depends(get_service)) -> DeleteResponse:
+async def delete_document(doc_id: Text, service: CopilotService = Depends(get_service)) -> DeleteResponse:
     """Delete a document and all its chunks from both indexes (needs an API key when keys are set).
 
     Its source file's fingerprint is dropped, so re-ingesting that file brings it back.

@@ -7,19 +7,20 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
-from copilot.api.dependencies import ask_auth, get_service
+from copilot.api.dependencies import get_service, read_auth
 from copilot.api.schemas import ErrorResponse, SearchRequest, SearchResponse, SourceOut
 from copilot.service import CopilotService
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
 
-@router.post("/search", response_model=SearchResponse, dependencies=[Depends(ask_auth)],
+@router.post("/search", response_model=SearchResponse, dependencies=[Depends(read_auth)],
              responses={code: {"model": ErrorResponse} for code in (401, 403, 422)})
 async def search(body: SearchRequest, service: CopilotService = Depends(get_service)) -> SearchResponse:
     """Retrieval only: the ``top_k`` best documents (hybrid dense + BM25, one entry per
-    document) with the lines that best answer the question. Same filters and auth as
-    ``/v1/ask``; it does not wait for the generation queue. Errors: 422 invalid request."""
+    document) with the lines that best answer the question. Same filters as ``/v1/ask``;
+    a key is needed when keys are configured, unless ``public_reads``; it does not wait for
+    the generation queue. Errors: 422 invalid request."""
     t0 = time.perf_counter()
     flt = body.filters.to_search_filter() if body.filters else None
     try:
