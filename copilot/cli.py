@@ -187,4 +187,7 @@ def documents_delete(doc_id: str = typer.Argument(..., help="document id as list
 @app.command("config")
 def show_config() -> None:
     """Print the effective settings (secrets masked)."""
-    console.print_json(json.dumps(_settings().masked()))
+    from copilot.service import draft_model_plan
+
+    settings = _settings()
+    console.print_json(json.dumps({**settings.masked(), "draft_model_plan": draft_model_plan(settings)}))

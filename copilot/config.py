@@ -34,7 +34,10 @@ class Settings(BaseSettings):
 
     # models and decoding
     target_model: str = Field(EMBEDDED_TARGET_ID, description="HF id or local path of the target model")
-    draft_model: str | None = Field(None, description="HF id, local path, derived:int8, derived:layers:N, or unset")
+    draft_model: str | None = Field(
+        "auto", description="auto (on CPU: derived:int4 built in the background and kept only when its calibration "
+        "shows it pays; none elsewhere), an HF id or local path, derived:int4, derived:int8, derived:layers:N, or "
+        "empty for none")
     device: str = Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$", description="auto | cpu | cuda | cuda:N")
     dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
         "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -20,7 +21,8 @@ from decoding.derived_draft import DERIVED_PREFIX, derive_draft
 from decoding.engine import GenerationResult
 from decoding.logits import effective_settings
 from decoding.stats import GenerationStats
-from decoding.models import LoadedModel, load_model
+from decoding.lean_draft import LeanDraftLoader
+from decoding.models import LoadedModel, load_model, resolve_device
 from ingestion.documents import SearchFilter
 from ingestion.store import ChunkStore, open_store
 
@@ -106,12 +108,40 @@ class AnswerAssembler:
         return Answer(self.text, prompt.sources, stats, reason, cited_numbers(self.text), self.invalid_citations)
 
 
+#: ``COPILOT_DRAFT_MODEL`` value that lets the service pick the draft model (see :func:`auto_draft_plan`).
+AUTO_DRAFT = "auto"
+
+
+def auto_draft_plan(settings: Settings) -> str | None:
+    """What ``draft_model = "auto"`` builds here: ``derived:int4`` on a CPU target (the
+    lean packed-int4 copy, :mod:`decoding.lean_draft`, kept only when its calibration at
+    start shows it pays), none elsewhere. ``None`` when no draft model will be tried."""
+    if settings.draft_model != AUTO_DRAFT:
+        return None
+    return "derived:int4" if resolve_device(settings.device).type == "cpu" else None
+
+
+def draft_model_plan(settings: Settings) -> str:
+    """One line for ``copilot config``: which draft model the service will load and how."""
+    spec = settings.draft_model
+    if not spec:
+        return "none (COPILOT_DRAFT_MODEL is empty): the n-gram drafter alone"
+    if spec != AUTO_DRAFT:
+        return f"{spec}, loaded at start"
+    if auto_draft_plan(settings):
+        return ("auto: derived:int4 built in the background at start (n-gram drafting meanwhile) and kept "
+                "only if its calibration shows it >= 1.8x cheaper per step than the target and agreeing on "
+                ">= 80 % of tokens; the outcome is logged and in /readyz")
+    return "auto: none on this device (derived:int4 is a CPU recipe): the n-gram drafter alone"
+
+
 def load_draft(settings: Settings, target: LoadedModel) -> LoadedModel | None:
-    """The configured draft model: none, one derived from the target, or any HF id/path."""
-    if not settings.draft_model:
+    """The explicitly configured draft model: none, one derived from the target, or any HF
+    id/path (``auto`` is handled by :class:`CopilotService`, in the background)."""
+    if not settings.draft_model or settings.draft_model == AUTO_DRAFT:
         return None
     if settings.draft_model.startswith(DERIVED_PREFIX):
-        return derive_draft(target, settings.draft_model)
+        return derive_draft(target, settings.draft_model, cache_dir=settings.model_cache_dir)
     return load_model(settings.draft_model, device=settings.device, dtype=settings.dtype,
                       cache_dir=settings.model_cache_dir)
 
@@ -131,10 +161,49 @@ class CopilotService:
         self.retriever = HybridRetriever(store)
         self.engine = engine
         self.style: PromptStyle = PROMPT_STYLES[settings.prompt_style]
+        self.draft_loader: LeanDraftLoader | None = None
+        self._draft_attach: threading.Thread | None = None
+        if engine is None:
+            self._draft_status = "no target model is loaded"
+        elif engine.draft is not None:
+            self._draft_status = f"{engine.draft.name}: loaded"
+        else:
+            self._draft_status = draft_model_plan(settings)
+
+    @property
+    def draft_status(self) -> str:
+        """Which draft model the engine uses, or why none (for ``/readyz`` and the log)."""
+        loader = self.draft_loader
+        return self._draft_status if loader is None else loader.reason
+
+    def start_auto_draft(self) -> None:
+        """``draft_model = "auto"`` on CPU: build and calibrate ``derived:int4`` on a background
+        thread and attach it to the engine when it pays; the engine serves with n-gram
+        drafting meanwhile (and for good when it does not pay: the reason is logged)."""
+        if self.engine is None or auto_draft_plan(self.settings) is None or self.draft_loader is not None:
+            return
+        engine = self.engine
+        loader = LeanDraftLoader(engine.target, self.settings.model_cache_dir)
+        self.draft_loader = loader.start()
+
+        def attach() -> None:
+            if loader.wait() and loader.calibration is not None:
+                engine.attach_draft(loader.draft, loader.calibration.draft_ms)
+            log.info("draft model (auto): %s", loader.reason)
+
+        self._draft_attach = threading.Thread(target=attach, name="auto-draft-attach", daemon=True)
+        self._draft_attach.start()
+
+    def wait_for_draft(self, timeout_s: float | None = None) -> None:
+        """Block until the background draft build (if any) is attached or refused (seconds)."""
+        if self._draft_attach is not None:
+            self._draft_attach.join(timeout_s)
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, load_models: bool = True) -> "CopilotService":
-        """Open the store and load the target (and draft) model as configured."""
+    def from_settings(cls, settings: Settings, *, load_models: bool = True,
+                      auto_draft: bool = True) -> "CopilotService":
+        """Open the store and load the target (and draft) model as configured; with
+        ``draft_model = "auto"`` (and ``auto_draft``) start the background draft build."""
         if settings.torch_threads:
             torch.set_num_threads(settings.torch_threads)
         store = open_store(settings)
@@ -145,7 +214,10 @@ class CopilotService:
             engine = SpeculativeEngine(target, load_draft(settings, target), max_ngram=settings.max_ngram,
                                        min_ngram=settings.min_ngram, answer_history=settings.answer_history,
                                        max_speculative_tokens=settings.num_speculative_tokens)
-        return cls(settings, store, engine)
+        service = cls(settings, store, engine)
+        if auto_draft:
+            service.start_auto_draft()
+        return service
 
     @property
     def model_name(self) -> str:

@@ -1,6 +1,6 @@
 """Draft models derived from the target when no smaller same-family model is available.
 
-Two derivations, both with the target's tokenizer (so the vocabulary check passes):
+Three derivations, all with the target's tokenizer (so the vocabulary check passes):
 
 - ``derived:layers:N`` — the target's first N decoder layers + final norm + LM head,
   sharing the target's weights (no copy): self-speculative decoding, Zhang et al. 2023
@@ -9,6 +9,13 @@ Two derivations, both with the target's tokenizer (so the vocabulary check passe
 - ``derived:int8`` — a copy with int8 weight-only linears (torchao
   ``Int8WeightOnlyConfig``); same KV layout as the target, so it starts from the
   target's prompt KV cache.
+- ``derived:int4`` — the target's decoder linears packed as int4 (groups of 32: the
+  embedded SmolLM2's own Q4_1 groups), LM head int8, run by a gpt-fast-style forward with
+  no transformers module stack (:mod:`decoding.lean_draft`; torch's own packed kernels,
+  no torchao). Same KV layout as the target, so it starts from the target's prompt KV
+  cache. Packed weights are cached under ``cache_dir``. Whether it pays is measured at
+  the working context: :func:`decoding.lean_draft.calibrate_lean_draft` /
+  :class:`decoding.lean_draft.LeanDraftLoader` (``evals/draft_cost.py`` has the numbers).
 
 Measured on the 2-core CPU (see the closing notes / ``copilot eval latency``): neither is
 cheaper enough than the fp32 SmolLM2-135M target to pay, so the default is no draft
@@ -18,25 +25,34 @@ model and the policy decodes plainly when the n-gram drafter has nothing.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
 from decoding.models import LoadedModel
+from decoding.quiet import quiet_torchao
 
 DERIVED_PREFIX = "derived:"
 
 
-def derive_draft(target: LoadedModel, spec: str) -> LoadedModel:
-    """Build the draft named by ``spec`` (``derived:int8`` or ``derived:layers:N``).
+def derive_draft(target: LoadedModel, spec: str, cache_dir: str | Path | None = None) -> LoadedModel:
+    """Build the draft named by ``spec`` (``derived:int4``, ``derived:int8`` or ``derived:layers:N``).
+
+    ``cache_dir``: where ``derived:int4`` caches its packed weights (``None`` = none).
 
     Raises:
-        ValueError: an unknown spec, or N outside 1..num_hidden_layers.
-        ImportError: ``derived:int8`` without torchao installed (it is optional: importing
-            it makes transformers print load warnings on every start, and the int8 copy
-            does not pay on CPU).
+        ValueError: an unknown spec, or N outside 1..num_hidden_layers, or ``derived:int4``
+            on a target that is not Llama-style (the message says what is missing).
+        ImportError: ``derived:int8`` without torchao installed (it is optional, and the
+            int8 copy does not pay on CPU). torchao is imported here only, quietly
+            (:func:`decoding.quiet.quiet_torchao`).
     """
     kind = spec.removeprefix(DERIVED_PREFIX)
+    if kind == "int4":
+        from decoding.lean_draft import build_lean_draft
+
+        return build_lean_draft(target, cache_dir)
     if kind == "int8":
         return _int8_copy(target)
     if kind.startswith("layers:"):
@@ -45,7 +61,7 @@ def derive_draft(target: LoadedModel, spec: str) -> LoadedModel:
         except ValueError:
             raise ValueError(f"bad draft spec {spec!r}: expected derived:layers:N with an integer N") from None
         return _first_layers(target, n)
-    raise ValueError(f"unknown derived draft {spec!r}: use derived:int8 or derived:layers:N")
+    raise ValueError(f"unknown derived draft {spec!r}: use derived:int4, derived:int8 or derived:layers:N")
 
 
 def _first_layers(target: LoadedModel, n: int) -> LoadedModel:
@@ -70,7 +86,8 @@ def _first_layers(target: LoadedModel, n: int) -> LoadedModel:
 
 def _int8_copy(target: LoadedModel) -> LoadedModel:
     try:
-        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+        with quiet_torchao():
+            from torchao.quantization import Int8WeightOnlyConfig, quantize_
     except ImportError as exc:
         raise ImportError("derived:int8 needs torchao: pip install --no-deps torchao==0.18.0") from exc
 

@@ -195,6 +195,24 @@ class SpeculativeEngine:
         log.info("engine ready: verify ms %s, draft step ms %s", [round(c, 1) for c in self.costs.verify_ms],
                  self.costs.draft_step_ms)
 
+    def attach_draft(self, draft: LoadedModel, step_ms: float, min_confidence: float = 0.2) -> None:
+        """Add (or replace) the draft model after start-up — a draft built in the background
+        while the engine served with its other drafters. Takes effect from the next request.
+
+        Args:
+            draft: a draft with the target's vocabulary.
+            step_ms: its measured cost of one step (ms), the draft-model offers' price.
+        Raises:
+            VocabularyMismatchError: the draft's vocabulary differs (both are named).
+        """
+        check_compatible(self.target, draft)
+        drafter = DraftModelDrafter(draft, self.target, min_confidence, step_ms=step_ms)
+        with self._lock:
+            self.draft = draft
+            self.costs = CostModel(self.costs.verify_ms, step_ms)
+            self.drafters = [d for d in self.drafters if d.name != drafter.name] + [drafter]
+        log.info("draft model attached: %s, step %.1f ms", draft.name, step_ms)
+
     # -- public API -----------------------------------------------------------------------
     def generate(self, prompt_ids: Sequence[int], config: GenerationConfig = GenerationConfig(),
                  contexts: Sequence[Sequence[int]] = (), cancel: Callable[[], bool] | None = None) -> GenerationResult:

@@ -94,6 +94,9 @@ def build_setup(corpus: Path | None, data_dir: Path | None, *, load_models: bool
         data_dir = Path(tmp.name)
     settings = base.model_copy(update={"data_dir": data_dir, "model_dir": base.model_cache_dir})
     service = CopilotService.from_settings(settings, load_models=load_models)
+    service.wait_for_draft()  # evals measure the engine as it serves once warm
+    if service.engine is not None:
+        log.info("draft model: %s", service.draft_status)
     if corpus is not None:
         report = ingest_paths([corpus], service.store, progress=False).to_dict()
         log.info("corpus %s: %s", corpus, report["counts"])
@@ -121,6 +124,8 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
 
     target = load_model(meta["target_model"], device=device, dtype=dtype, cache_dir=model_dir)
     spec = draft_model if draft_model is not None else meta.get("draft_model")
+    if spec == "auto":  # as the service decides it (copilot.service.auto_draft_plan), built synchronously
+        spec = "derived:int4" if target.device.type == "cpu" else None
     draft = None
     if spec:
         draft = (derive_draft(target, spec) if spec.startswith(DERIVED_PREFIX)

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
@@ -230,12 +230,23 @@ def latency_modes(engine: SpeculativeEngine) -> list[str]:
     """
     if engine.draft is None:
         return [m for m in HF_MODES if m != "hf_assisted"] + ["ours_auto"]
-    return list(HF_MODES) + ["ours_ngram", "ours_draft_model", "ours_auto"]
+    hf = [m for m in HF_MODES if m not in skipped_modes(engine)]
+    return hf + ["ours_ngram", "ours_draft_model", "ours_auto"]
+
+
+#: Why ``hf_assisted`` cannot time a draft that is not a transformers model.
+LEAN_DRAFT_REASON = ("the draft model runs on a lean forward outside transformers (derived:int4), which "
+                     "assisted generation cannot take as its assistant")
 
 
 def skipped_modes(engine: SpeculativeEngine) -> dict[str, str]:
-    """``{mode: why it is not timed}``: the draft-model modes when no draft model is configured."""
-    return {m: NO_DRAFT_REASON for m in DRAFT_MODEL_MODES} if engine.draft is None else {}
+    """``{mode: why it is not timed}``: the draft-model modes when no draft model is configured;
+    ``hf_assisted`` when the draft is not a transformers model."""
+    if engine.draft is None:
+        return {m: NO_DRAFT_REASON for m in DRAFT_MODEL_MODES}
+    if not isinstance(engine.draft.model, PreTrainedModel):
+        return {"hf_assisted": LEAN_DRAFT_REASON}
+    return {}
 
 
 def mode_aliases(engine: SpeculativeEngine, modes: list[str]) -> dict[str, str]:
@@ -300,6 +311,8 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         raise ValueError(f"unknown latency modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}")
     if engine.draft is None and any(m in DRAFT_MODEL_MODES for m in modes):
         raise ValueError(f"modes {[m for m in modes if m in DRAFT_MODEL_MODES]} need a draft model; none is loaded")
+    if "hf_assisted" in modes and "hf_assisted" in skipped_modes(engine):
+        raise ValueError(f"hf_assisted: {LEAN_DRAFT_REASON}")
     for mode in modes:  # warm-up: one short pass each
         _run(engine, mode, cases[0], min(8, max_new_tokens), loop_span)
     runs: dict[str, dict[str, list[Run]]] = {m: {} for m in modes}

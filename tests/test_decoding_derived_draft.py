@@ -20,7 +20,7 @@ def test_first_layers_share_the_target_weights(tiny_models):
     assert draft.tokenizer is target.tokenizer
 
 
-@pytest.mark.parametrize("spec", ["derived:layers:1", "derived:int8"])
+@pytest.mark.parametrize("spec", ["derived:layers:1", "derived:int8", "derived:int4"])
 def test_derived_drafts_keep_greedy_exact(tiny_models, spec, torch_one_thread):
     if spec == "derived:int8":
         pytest.importorskip("torchao")
@@ -42,6 +42,22 @@ def test_int8_copy_agrees_with_the_target(tiny_models, torch_one_thread):
     stats = engine.generate(prompt, GenerationConfig(max_new_tokens=24, drafting="draft_model",
                                                      eos_token_ids=())).stats
     assert stats.drafters["draft_model"].alpha > 0.5  # near-flat random logits: int8 flips some near-ties
+
+
+def test_int4_lean_draft_starts_from_the_target_cache_and_agrees(tiny_models, torch_one_thread, tmp_path):
+    """derived:int4 (decoding.lean_draft, no torchao) has the target's KV layout and dtype, so
+    the drafter shares the target's prompt K/V; it agrees with the target on most tokens and
+    caches its packed weights under cache_dir."""
+    target = tiny_models.load("small")
+    draft = derive_draft(target, "derived:int4", cache_dir=tmp_path)
+    assert list(tmp_path.glob("lean-draft-*.pt"))
+    assert draft.model.config.num_hidden_layers == target.model.config.num_hidden_layers
+    assert draft.dtype == target.dtype and draft.tokenizer is target.tokenizer
+    engine = SpeculativeEngine(target, draft, costs=COSTS, draft_min_confidence=0.0)
+    prompt = target.tokenizer.encode("the ticket is fixed.")
+    result = engine.generate(prompt, GenerationConfig(max_new_tokens=24, drafting="draft_model", eos_token_ids=()))
+    assert result.token_ids == tiny_models.greedy("small", prompt, 24)
+    assert result.stats.drafters["draft_model"].alpha > 0.5
 
 
 @pytest.mark.parametrize("spec", ["derived:nope", "derived:layers:x", "derived:layers:0", "derived:layers:99"])

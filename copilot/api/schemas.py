@@ -156,6 +156,8 @@ class ReadyResponse(BaseModel):
     store_reachable: bool
     chunks: int | None = None
     detail: str | None = None
+    draft_model: str | None = Field(None, description="the draft model in use, or why none (building, refused "
+                                    "by its calibration, not configured)")
 
 
 # -- documents ----------------------------------------------------------------------------------

@@ -38,5 +38,5 @@ async def readyz(service: CopilotService = Depends(get_service)):
         detail = "no target model is loaded" + (f"; {detail}" if detail else "")
     ready = model_loaded and reachable
     body = ReadyResponse(status="ready" if ready else "not ready", model_loaded=model_loaded,
-                         store_reachable=reachable, chunks=chunks, detail=detail)
+                         store_reachable=reachable, chunks=chunks, detail=detail, draft_model=service.draft_status)
     return body if ready else JSONResponse(body.model_dump(), status_code=503)
