@@ -236,11 +236,21 @@ def test_unsupported_openai_parameters_are_a_400_naming_them(client, extra, para
                                    {"tool_choice": "auto"}, {"response_format": {"type": "text"}}, {"logit_bias": {}},
                                    {"frequency_penalty": 0}, {"presence_penalty": 0.0}, {"modalities": ["text"]},
                                    {"logit_bias": {"42": -100}, "frequency_penalty": 0.5, "presence_penalty": -1.0},
+                                   {"repetition_penalty": 1.1, "no_repeat_ngram_size": 3, "min_new_tokens": 2,
+                                    "bad_words_ids": [[5, 6]], "suppress_tokens": [7]},
                                    {"user": "alice", "store": False, "metadata": {"k": "v"}, "parallel_tool_calls": True},
                                    {"some_future_parameter": 1}])
 def test_defaults_and_harmless_openai_parameters_are_accepted(client, extra):
     r = client.post("/v1/chat/completions", json={**CHAT, **extra})
     assert r.status_code == 503 and "model" in r.json()["error"]["message"], r.text  # passed: no model here
+
+
+@pytest.mark.parametrize("extra,field", [({"repetition_penalty": 0}, "repetition_penalty"),
+                                         ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"),
+                                         ({"frequency_penalty": 3}, "frequency_penalty")])
+def test_chat_generation_settings_out_of_range_are_refused_naming_them(client, extra, field):
+    r = client.post("/v1/chat/completions", json={**CHAT, **extra})
+    assert 400 <= r.status_code < 500 and r.json()["error"]["param"].endswith(field), r.text
 
 
 def test_ask_refuses_unknown_fields(client):

@@ -13,7 +13,7 @@ the last streamed chunk).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -86,10 +86,16 @@ class ChatCompletionRequest(BaseModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     seed: Seed | None = None
     stop: Text | list[Text] | None = Field(None, description="up to 4 stop strings")
-    # Logits settings, honoured exactly (as generate() with the same processors applies them)
+    # Logits settings, honoured exactly (as generate() with the same processors applies them);
+    # the last five are the transformers / vLLM names clients send in extra_body.
     logit_bias: dict[Text, float] | None = Field(None, description="{token id: bias in [-100, 100]}")
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0, description="CTRL repetition penalty (1 = off)")
+    no_repeat_ngram_size: int | None = Field(None, ge=0, le=64)
+    min_new_tokens: int | None = Field(None, ge=0)
+    bad_words_ids: list[list[Annotated[int, Field(ge=0)]]] | None = Field(None, max_length=1024)
+    suppress_tokens: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=4096)
     # OpenAI parameters refused unless at their default (see unsupported())
     n: int | None = Field(None, ge=1, le=128, description="only 1 choice is supported")
     logprobs: bool | None = Field(None, description="not supported (only false)")
