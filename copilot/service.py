@@ -110,6 +110,8 @@ class AnswerAssembler:
 
 #: ``COPILOT_DRAFT_MODEL`` value that lets the service pick the draft model (see :func:`auto_draft_plan`).
 AUTO_DRAFT = "auto"
+#: The lean packed-int4 draft (:mod:`decoding.lean_draft`), calibrated when it is built.
+LEAN_DRAFT = "derived:int4"
 
 
 def auto_draft_plan(settings: Settings) -> str | None:
@@ -118,7 +120,7 @@ def auto_draft_plan(settings: Settings) -> str | None:
     start shows it pays), none elsewhere. ``None`` when no draft model will be tried."""
     if settings.draft_model != AUTO_DRAFT:
         return None
-    return "derived:int4" if resolve_device(settings.device).type == "cpu" else None
+    return LEAN_DRAFT if resolve_device(settings.device).type == "cpu" else None
 
 
 def draft_model_plan(settings: Settings) -> str:
@@ -137,8 +139,9 @@ def draft_model_plan(settings: Settings) -> str:
 
 def load_draft(settings: Settings, target: LoadedModel) -> LoadedModel | None:
     """The explicitly configured draft model: none, one derived from the target, or any HF
-    id/path (``auto`` is handled by :class:`CopilotService`, in the background)."""
-    if not settings.draft_model or settings.draft_model == AUTO_DRAFT:
+    id/path (``auto`` and ``derived:int4`` are built by :class:`CopilotService`, which
+    calibrates them)."""
+    if not settings.draft_model or settings.draft_model in (AUTO_DRAFT, LEAN_DRAFT):
         return None
     if settings.draft_model.startswith(DERIVED_PREFIX):
         return derive_draft(target, settings.draft_model, cache_dir=settings.model_cache_dir)
@@ -165,7 +168,7 @@ class CopilotService:
         self._draft_attach: threading.Thread | None = None
         if engine is None:
             self._draft_status = "no target model is loaded"
-        elif engine.draft is not None:
+        elif getattr(engine, "draft", None) is not None:  # test doubles of the engine may have none
             self._draft_status = f"{engine.draft.name}: loaded"
         else:
             self._draft_status = draft_model_plan(settings)
@@ -177,22 +180,29 @@ class CopilotService:
         return self._draft_status if loader is None else loader.reason
 
     def start_auto_draft(self) -> None:
-        """``draft_model = "auto"`` on CPU: build and calibrate ``derived:int4`` on a background
-        thread and attach it to the engine when it pays; the engine serves with n-gram
-        drafting meanwhile (and for good when it does not pay: the reason is logged)."""
-        if self.engine is None or auto_draft_plan(self.settings) is None or self.draft_loader is not None:
+        """Build and calibrate ``derived:int4`` (:class:`~decoding.lean_draft.LeanDraftLoader`)
+        and attach it to the engine with its measured step cost and agreement (the policy's
+        prior for it). ``draft_model = "auto"`` on CPU: on a background thread while the
+        engine serves with n-gram drafting, attached only when its calibration pays (else the
+        reason is logged). ``draft_model = "derived:int4"``: here and now, attached whatever
+        its calibration says (asked for explicitly)."""
+        spec = self.settings.draft_model
+        explicit = spec == LEAN_DRAFT
+        if self.engine is None or self.draft_loader is not None or not (explicit or auto_draft_plan(self.settings)):
             return
         engine = self.engine
-        loader = LeanDraftLoader(engine.target, self.settings.model_cache_dir)
+        loader = LeanDraftLoader(engine.target, self.settings.model_cache_dir, require_pay=not explicit)
         self.draft_loader = loader.start()
 
         def attach() -> None:
             if loader.wait() and loader.calibration is not None:
-                engine.attach_draft(loader.draft, loader.calibration.draft_ms)
-            log.info("draft model (auto): %s", loader.reason)
+                engine.attach_draft(loader.draft, loader.calibration.draft_ms, agreement=loader.calibration.agreement)
+            log.info("draft model (%s): %s", spec, loader.reason)
 
-        self._draft_attach = threading.Thread(target=attach, name="auto-draft-attach", daemon=True)
+        self._draft_attach = threading.Thread(target=attach, name="draft-attach", daemon=True)
         self._draft_attach.start()
+        if explicit:
+            self.wait_for_draft()
 
     def wait_for_draft(self, timeout_s: float | None = None) -> None:
         """Block until the background draft build (if any) is attached or refused (seconds)."""

@@ -85,6 +85,7 @@ class DraftModelDrafter:
         """
         self._cache, self._cached = None, []
         self._committed = list(request.prompt_ids)
+        self._reserve = request.output_reserve
         self._sampling = request.sampling or TokenSelector()
         self._prefix_kv = None
         if self.share_target_prefill and isinstance(request.target_cache, DynamicCache):
@@ -103,7 +104,7 @@ class DraftModelDrafter:
         return Offer(self.name, max(room, 0), (), "draft model", self.step_ms)
 
     def _start_cache(self) -> None:
-        self._cache = PreallocatedCache(2 * len(self._committed))
+        self._cache = PreallocatedCache(len(self._committed) + self._reserve)  # regrows past it
         if self._prefix_kv is not None:
             for i, (k, v) in enumerate(self._prefix_kv):
                 self._cache.update(k, v, i)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 import torch
 
 if TYPE_CHECKING:
-    from decoding.sampling import SamplingParams
+    from decoding.sampling import TokenSelector
 
 
 class DraftingMode(str, Enum):
@@ -108,15 +108,19 @@ class DraftRequest:
         target_cache: the target's KV cache holding the prompt (a
             :class:`decoding.kv_cache.PreallocatedCache`; a draft with the target's KV
             layout starts from it instead of prefilling).
-        sampling: the request's sampling settings; ``None`` = greedy.
+        sampling: the request's token selector (logits processors, greedy or seeded
+            Gumbel-max); ``None`` = plain greedy.
         reproducible: a seeded sample: drafting must not depend on earlier requests.
+        output_reserve: positions past the prompt a drafter's own KV cache reserves up
+            front (tokens: the answer budget, capped, plus γ); it regrows past them.
     """
 
     prompt_ids: list[int]
     contexts: list[list[int]] = field(default_factory=list)
     target_cache: object = None
-    sampling: "SamplingParams | None" = None
+    sampling: "TokenSelector | None" = None
     reproducible: bool = False
+    output_reserve: int = 0
 
 
 @dataclass(frozen=True)

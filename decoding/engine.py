@@ -107,11 +107,16 @@ def _delta(detok: IncrementalDetokenizer, stop: StopChecker) -> str:
 
 
 def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[Offer]]:
-    """The plans the policy weighs this round: every drafter's offer alone, and every free
-    offer (``step_ms`` 0, a lookup) that runs out before ``gamma_max`` followed by each
-    other drafter's offer to extend it (a copied span the draft model continues)."""
+    """The plans the policy weighs this round: every free offer (``step_ms`` 0, a lookup:
+    the n-gram drafter's match) alone, and each one that runs out before ``gamma_max``
+    followed by each other drafter's offer to extend it (a copied span the draft model
+    continues); a costly drafter's offer alone (the draft model) only when no free offer
+    has anything (a generated span). So the n-gram drafter drafts where a match exists, the
+    draft model where none does, and the policy picks γ (or plain decoding) by their
+    measured acceptance."""
     offers = [d.offer(gamma_max) for d in drafters]
-    chains = [[o] for o in offers if o.max_tokens > 0]
+    free = any(o.max_tokens > 0 and o.step_ms == 0 for o in offers)
+    chains = [[o] for o in offers if o.max_tokens > 0 and (o.step_ms == 0 or not free)]
     for d, o in zip(drafters, offers):
         if 0 < o.max_tokens < gamma_max and o.step_ms == 0:
             span = d.propose(o.max_tokens).tokens
@@ -195,13 +200,17 @@ class SpeculativeEngine:
         log.info("engine ready: verify ms %s, draft step ms %s", [round(c, 1) for c in self.costs.verify_ms],
                  self.costs.draft_step_ms)
 
-    def attach_draft(self, draft: LoadedModel, step_ms: float, min_confidence: float = 0.2) -> None:
+    def attach_draft(self, draft: LoadedModel, step_ms: float, min_confidence: float = 0.2,
+                     agreement: float | None = None) -> None:
         """Add (or replace) the draft model after start-up — a draft built in the background
         while the engine served with its other drafters. Takes effect from the next request.
 
         Args:
             draft: a draft with the target's vocabulary.
             step_ms: its measured cost of one step (ms), the draft-model offers' price.
+            agreement: its measured top-1 agreement with the target in [0, 1]; the policy
+                starts the draft model's states from it (else from the generic prior,
+                under which a draft that is not much cheaper than a target pass is never tried).
         Raises:
             VocabularyMismatchError: the draft's vocabulary differs (both are named).
         """
@@ -211,6 +220,8 @@ class SpeculativeEngine:
             self.draft = draft
             self.costs = CostModel(self.costs.verify_ms, step_ms)
             self.drafters = [d for d in self.drafters if d.name != drafter.name] + [drafter]
+            if agreement is not None:
+                self.acceptance.set_prior(drafter.name, agreement, agreement)
         log.info("draft model attached: %s, step %.1f ms", draft.name, step_ms)
 
     # -- public API -----------------------------------------------------------------------
@@ -296,7 +307,8 @@ class SpeculativeEngine:
             t_begin = time.perf_counter()
             drafters = [d for d in self.drafters if config.drafting.selects(d.name)] \
                 if stop.finish_reason is None else []
-            request = DraftRequest(prompt, contexts, cache, sampling, reproducible=seeded)
+            request = DraftRequest(prompt, contexts, cache, sampling, reproducible=seeded,
+                                   output_reserve=min(budget, OUTPUT_RESERVE) + config.num_speculative_tokens)
             for d in drafters:
                 d.begin(request)
                 d.observe(committed)

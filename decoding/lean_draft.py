@@ -799,6 +799,8 @@ class LeanDraftLoader:
         prompt_ids: calibration prompt (``None`` = built-in, ``context_tokens`` long).
         context_tokens: the working context to calibrate at (tokens).
         variant: :class:`LeanDraftModel` keyword arguments (default: :data:`DEFAULT_VARIANT`).
+        require_pay: keep the draft only when its calibration pays (else: keep it whatever
+            the calibration says, which is still measured and reported).
 
     After :meth:`start`: :meth:`ready` is True once a draft that pays is available as
     :attr:`draft` (a :class:`~decoding.models.LoadedModel` wrapping :class:`LeanDraftLM`);
@@ -808,8 +810,9 @@ class LeanDraftLoader:
 
     def __init__(self, target: LoadedModel, cache_dir: str | Path | None = None, *, calibrate: bool = True,
                  prompt_ids: Sequence[int] | None = None, context_tokens: int = 1200,
-                 variant: dict | None = None) -> None:
+                 variant: dict | None = None, require_pay: bool = True) -> None:
         self.target, self.cache_dir, self.do_calibrate = target, cache_dir, calibrate
+        self.require_pay = require_pay
         self.prompt_ids, self.context_tokens = prompt_ids, context_tokens
         self.variant = dict(DEFAULT_VARIANT if variant is None else variant)
         self.draft: LoadedModel | None = None
@@ -836,7 +839,7 @@ class LeanDraftLoader:
                 ids = self.prompt_ids or calibration_prompt(self.target.tokenizer, self.context_tokens)
                 self.calibration = measure_lean_draft(self.target.model, loaded.model.lean, ids)
                 self.reason = self.calibration.reason
-                if not self.calibration.accept:
+                if not self.calibration.accept and self.require_pay:
                     log.info("%s: no draft model", self.reason)
                     return
             else:

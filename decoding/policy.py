@@ -140,13 +140,28 @@ class AcceptanceTable:
 
     config: PolicyConfig = field(default_factory=PolicyConfig)
     counts: dict[tuple, _Counts] = field(default_factory=dict)
+    priors: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def set_prior(self, drafter: str, alpha_first: float, alpha_next: float) -> None:
+        """Start every state of ``drafter`` from a measured (α₁, αₙ) instead of the
+        config's prior — e.g. a draft model's agreement with the target measured at load —
+        so a drafter that pays is tried before it has any counts.
+
+        Raises:
+            ValueError: an α outside [0, 1].
+        """
+        if not (0.0 <= alpha_first <= 1.0 and 0.0 <= alpha_next <= 1.0):
+            raise ValueError(f"priors must lie in [0, 1], got {alpha_first}, {alpha_next}")
+        self.priors[drafter] = (alpha_first, alpha_next)
 
     def alphas(self, state: tuple) -> tuple[float, float]:
-        """(α₁, αₙ) of ``state``: its counts smoothed with the prior."""
+        """(α₁, αₙ) of ``state``: its counts smoothed with its drafter's prior
+        (:meth:`set_prior`, else the config's)."""
         c, cfg = self.counts.get(state, _Counts()), self.config
         k = cfg.prior_strength
-        return ((c.first_accepted + cfg.prior_first * k) / (c.first_tried + k),
-                (c.next_accepted + cfg.prior_next * k) / (c.next_tried + k))
+        first, nxt = self.priors.get(state[0] if state else "", (cfg.prior_first, cfg.prior_next))
+        return ((c.first_accepted + first * k) / (c.first_tried + k),
+                (c.next_accepted + nxt * k) / (c.next_tried + k))
 
     def update(self, state: tuple, proposed: int, accepted: int) -> None:
         """Book one round of ``state``: ``accepted`` of ``proposed`` drafted tokens (``proposed`` >= 1)."""

@@ -94,7 +94,9 @@ def test_a_fake_drafter_alongside_the_built_in_ones(tiny_models, small):
         assert result.token_ids == ref
     s = result.stats
     assert s.drafters["right"].accepted > s.drafters.get("wrong", type(s.drafters["right"])()).accepted
-    assert s.produced["right"] > 30
+    # a free offer (the wrong fake) always exists, so the costly right one drafts only as its
+    # extension (engine.candidate_chains): still the main producer
+    assert s.produced["right"] > 15 and s.produced["right"] > s.produced.get("wrong", 0)
     assert engine.acceptance.snapshot()["wrong:fixed"]["alpha_first"] < 0.5
 
 
