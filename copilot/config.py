@@ -10,7 +10,6 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict,
@@ -18,6 +17,7 @@ from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSourc
 
 from decoding.drafter import DraftingMode
 from decoding.models import EMBEDDED_TARGET_ID
+from ingestion.stores.database import mask_url
 
 
 class Settings(BaseSettings):
@@ -28,7 +28,11 @@ class Settings(BaseSettings):
     # storage
     data_dir: Path = Field(Path(".opscopilot"), description="chroma store, lexical index, model cache")
     model_dir: Path | None = Field(None, description="cache of converted models (default: DATA_DIR/models)")
-    chroma_url: str | None = Field(None, description="Chroma server URL (http://host:port); embedded store if unset")
+    chroma_url: str | None = Field(None, description="Chroma server URL (http://host:port) for the dense index; "
+                                   "embedded Chroma (or pgvector with database_url) if unset")
+    database_url: str | None = Field(None, description="PostgreSQL URL (postgresql://user:password@host:5432/db) of "
+                                     "the store several replicas share: lexical index, manifest, ingest jobs, and the "
+                                     "dense index (pgvector) unless chroma_url is set; SQLite in data_dir if unset")
     collection: str = "opscopilot"
     embedding_model: str | None = Field(None, description="HF id or path; default: embedded all-MiniLM-L6-v2")
 
@@ -74,6 +78,10 @@ class Settings(BaseSettings):
     max_upload_files: int = Field(100, ge=1, description="files per multipart ingest upload")
     ingest_root: Path | None = Field(None, description="server-side ingest paths must lie under it; unset = disabled")
     queue_size: int = Field(8, ge=1, description="requests waiting for the generation worker")
+    replica_id: str | None = Field(None, description="names this API replica as the owner of its ingest jobs; keep "
+                                   "it stable across restarts (default: host name:port)")
+    job_lease_s: float = Field(30.0, ge=1, le=3600, description="an ingest job whose replica sent no heartbeat for "
+                               "this long (s) is marked interrupted")
     retry_after_s: int = Field(5, ge=1, le=3600, description="minimum Retry-After hint when the queue is full (s)")
     model_alias: str = Field("opscopilot", min_length=1, description="model id served by /v1/models besides the target's")
     public_reads: bool = Field(False, description="with API keys set, let GET /v1/documents, /v1/search, ask, chat "
@@ -145,18 +153,10 @@ class Settings(BaseSettings):
         """Effective settings as JSON-able values; API keys and URL passwords masked."""
         out = self.model_dump(mode="json")
         out["api_keys"] = ["***" for _ in self.api_keys]
-        if self.chroma_url:
-            out["chroma_url"] = _mask_url(self.chroma_url)
+        for name in ("chroma_url", "database_url"):
+            if getattr(self, name):
+                out[name] = mask_url(getattr(self, name))
         return out
-
-
-def _mask_url(url: str) -> str:
-    """``http://user:secret@host`` → ``http://user:***@host`` (other URLs unchanged)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @lru_cache

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         # warm-up run (also yields the chunk texts for the raw measurement)
         warm = ChunkStore(work / "warm", embedder=embedder)
         ingest_paths([corpus], warm, progress=False)
-        texts = [row[0] for row in warm._conn.execute("SELECT text FROM chunks ORDER BY rowid")]
+        texts = [row[0] for row in warm.db.query("SELECT text FROM chunks ORDER BY rowid")]
         warm.close()
         n_chunks = len(texts)
 

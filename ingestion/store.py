@@ -1,7 +1,13 @@
-"""ChunkStore: Chroma (dense) + SQLite FTS5 (lexical) + manifest, kept in step.
+"""ChunkStore: a dense index + a lexical index + the manifest, kept in step.
 
-Layout under ``data_dir``: ``chroma/`` (embedded Chroma, unless a server URL is given),
-``index.sqlite3`` (chunks, FTS5 index, manifest; WAL mode) and ``ingest.lock``.
+Two deployments, chosen by settings (:func:`open_store`):
+
+- **embedded** (the default, one machine): under ``data_dir``, ``chroma/`` (embedded Chroma),
+  ``index.sqlite3`` (chunks, FTS5 index, manifest, ingest jobs; WAL mode) and ``ingest.lock``;
+  a Chroma server (``chroma_url``) may hold the dense index instead;
+- **shared** (several replicas, several machines): ``database_url`` names a PostgreSQL server
+  that holds the lexical index, the manifest and the ingest jobs in a schema named after the
+  collection, and the dense index too (pgvector) unless ``chroma_url`` names a Chroma server.
 
 Write protocol for a batch of documents (:meth:`ChunkStore.apply`):
 
@@ -15,21 +21,22 @@ A kill between 2 and 4 leaves intent rows; :meth:`ChunkStore.recover` (run at th
 every ingest) marks those documents stale (or finishes their deletion) so the next run
 rewrites them; nothing already stored is dropped. Re-running therefore converges to the
 state of one clean run.
+
+Every committed change also writes a new *generation* (and the writing process) into the
+manifest's ``meta`` table. Readers call :meth:`ChunkStore.refresh` before a dense search:
+when another process changed the store, the dense index is read anew (embedded Chroma
+caches its vector index in memory and otherwise serves a stale, inconsistent view).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import fcntl
 import hashlib
-import json
 import logging
 import os
-import socket
-import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,14 +45,18 @@ from typing import Any, Protocol
 from ingestion.chunking import CHUNKER_VERSION, Chunker
 from ingestion.documents import Chunk, Document, ScoredChunk, SearchFilter, make_chunk_id
 from ingestion.embedding import Embedder
-from ingestion.errors import StoreError, StoreLockedError
+from ingestion.errors import StoreError
 from ingestion.stores.chroma_store import ChromaStore
-from ingestion.stores.lexical_index import LexicalIndex
+from ingestion.stores.database import Database, PostgresDatabase, open_database
+from ingestion.stores.dense import DenseIndex
+from ingestion.stores.lexical_index import lexical_index
 from ingestion.stores.manifest import DocumentRecord, FileRecord, Manifest
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
+PROCESS_ID = uuid.uuid4().hex
+"""Names this process as the writer of a store generation (pids repeat across machines)."""
 
 
 @dataclass
@@ -89,23 +100,26 @@ class ApplyResult:
 
 
 class ChunkStore:
-    """Chroma collection (dense) + SQLite FTS5 lexical index + per-document content hashes, kept in step.
+    """A dense index + a lexical index + per-document content hashes, kept in step.
 
     Args:
-        data_dir: folder for the SQLite index, the embedded Chroma and the lock file (created).
-        chroma_url: Chroma server URL (``http://host:port``); None = embedded PersistentClient
-            in ``data_dir/chroma``. The SQLite files stay in ``data_dir`` either way, so replicas
-            sharing a server should share ``data_dir`` too.
-        collection: Chroma collection name.
+        data_dir: folder for the embedded indexes and the lock file (created); with a
+            ``database_url`` it holds only what is per replica (the model cache, uploads).
+        chroma_url: Chroma server URL (``http://host:port``) for the dense index; None = embedded
+            PersistentClient in ``data_dir/chroma``, or pgvector when ``database_url`` is set.
+        database_url: PostgreSQL URL (``postgresql://user:pw@host:5432/db``) for the shared
+            store; None = SQLite in ``data_dir``.
+        collection: Chroma collection name, and the PostgreSQL schema (lower-cased, ``[a-z0-9_]``).
         embedder: the embedding model wrapper (default: embedded all-MiniLM-L6-v2, loaded lazily).
         max_chunk_tokens: chunk ceiling in tokens incl. special tokens (default and maximum:
             the model's max sequence length).
     Raises:
-        StoreError: Chroma unreachable, or the store was built with another embedding model.
+        StoreError: a server is unreachable, or the store was built with another embedding model.
     """
 
-    def __init__(self, data_dir: Path, *, chroma_url: str | None = None, collection: str = "opscopilot",
-                 embedder: Embedder | None = None, max_chunk_tokens: int | None = None) -> None:
+    def __init__(self, data_dir: Path, *, chroma_url: str | None = None, database_url: str | None = None,
+                 collection: str = "opscopilot", embedder: Embedder | None = None,
+                 max_chunk_tokens: int | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder or Embedder()
@@ -113,75 +127,79 @@ class ChunkStore:
         self.chroma_url = chroma_url
         self._max_chunk_tokens = max_chunk_tokens
         self._chunker: Chunker | None = None
-        self._lock = threading.RLock()
-        self._conn = sqlite3.connect(self.data_dir / "index.sqlite3", isolation_level=None,
-                                     check_same_thread=False, timeout=30.0)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self.lexical = LexicalIndex(self._conn)
-        self.manifest = Manifest(self._conn)
+        self._lock = threading.RLock()  # one writer (apply, recover, delete) at a time
+        self._dense_lock = threading.RLock()  # dense queries vs re-opening the dense index
+        self.db: Database = open_database(self.data_dir, database_url, collection)
+        self.lexical = lexical_index(self.db)
+        self.manifest = Manifest(self.db)
         model = self.embedder.model_name
         recorded = self.manifest.get_meta("embedding_model")
         if recorded is None:
-            with self._transaction():
+            with self.db.transaction():
                 recorded = self.manifest.get_meta("embedding_model") or model
                 self.manifest.set_meta("embedding_model", recorded)
                 self.manifest.set_meta("schema_version", SCHEMA_VERSION)
         if recorded != model:
-            raise StoreError(f"{self.data_dir} was built with embedding model {recorded!r}, not {model!r}; "
-                             "use another data dir")
-        self.chroma = ChromaStore(None if chroma_url else self.data_dir / "chroma", chroma_url, collection, model)
+            raise StoreError(f"{self.db.location} was built with embedding model {recorded!r}, not {model!r}; "
+                             "use another data dir or collection")
+        self.dense: DenseIndex
+        if isinstance(self.db, PostgresDatabase) and not chroma_url:
+            from ingestion.stores.pgvector_store import PgVectorStore
+
+            self.dense = PgVectorStore(self.db)
+        else:
+            self.dense = ChromaStore(None if chroma_url else self.data_dir / "chroma", chroma_url, collection, model)
+        self._seen_generation = self.manifest.get_meta("generation")
+
+    @property
+    def location(self) -> str:
+        """Where the store lives, for messages: the data dir, or the database URL without its password."""
+        return self.db.location
 
     # -- plumbing -------------------------------------------------------------------------
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        """A write transaction that also records a new generation written by this process."""
+        with self._lock, self.db.transaction():
+            yield
+            generation = uuid.uuid4().hex
+            self.manifest.set_meta("generation", generation)
+            self.manifest.set_meta("writer", PROCESS_ID)
+            self._seen_generation = generation
 
-    @contextlib.contextmanager
-    def ingest_lock(self) -> Iterator[None]:
-        """Hold the exclusive ingest lock (a ``flock``, released by the OS if the process dies).
-
-        The holder writes its pid, host name and start time (JSON) into ``ingest.lock``, so a
-        second run can say who holds it.
+    def ingest_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the exclusive ingest lock: a ``flock`` on ``data_dir/ingest.lock`` (embedded) or a
+        PostgreSQL advisory lock (shared); released by the OS or the server if the process dies.
 
         Raises:
-            StoreLockedError: another ingest run holds it; ``holder`` has what the lock file
-                records (pid, host, started) and the message names them.
+            StoreLockedError: another ingest run holds it; ``holder`` has what it recorded
+                (pid, host, started) and the message names them.
         """
-        path = self.data_dir / "ingest.lock"
-        with open(path, "a+") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                holder = _read_lock_holder(handle)
-                raise StoreLockedError(f"another ingest is running on {self.data_dir} "
-                                       f"({_describe_holder(holder)}); retry when it has finished",
-                                       holder) from exc
-            try:
-                handle.seek(0)
-                handle.truncate()
-                handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}))
-                handle.flush()
-                yield
-            finally:
-                with contextlib.suppress(OSError):
-                    handle.seek(0)
-                    handle.truncate()
-                    handle.flush()
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return self.db.ingest_lock()
+
+    def refresh(self) -> bool:
+        """Notice changes committed by another process and read the dense index anew; True if so.
+
+        Costs one indexed read of ``meta``. Called before every dense search.
+        """
+        generation = self.manifest.get_meta("generation")
+        if generation == self._seen_generation:
+            return False
+        self._seen_generation = generation
+        if self.manifest.get_meta("writer") == PROCESS_ID:
+            return False
+        self._reopen_dense()
+        return True
+
+    def _reopen_dense(self) -> None:
+        """Re-open the dense index, with no write or dense query of this process in flight."""
+        with self._lock, self._dense_lock:
+            self.dense.reopen()
 
     def close(self) -> None:
-        """Close the SQLite connection (the store is unusable afterwards)."""
+        """Close the database connections (the store is unusable afterwards)."""
         with self._lock:
-            self._conn.close()
+            self.db.close()
 
     @property
     def max_chunk_tokens(self) -> int:
@@ -246,10 +264,10 @@ class ChunkStore:
                     with self._transaction():
                         self.manifest.add_pending(intents)
                 if chunks:
-                    self.chroma.upsert([c.chunk_id for c in chunks], embeddings, [c.text for c in chunks],
+                    self.dense.upsert([c.chunk_id for c in chunks], embeddings, [c.text for c in chunks],
                                        [c.metadata for c in chunks])
                 if stale:
-                    self.chroma.delete(stale)
+                    self.dense.delete(stale)
                 with self._transaction():
                     self.lexical.delete_documents(write_ids + deletes)
                     self.lexical.insert_chunks(chunks)
@@ -306,7 +324,7 @@ class ChunkStore:
                 if op == "delete" or doc_id not in existing:
                     to_purge.extend(make_chunk_id(doc_id, i) for i in range(extent))
             if to_purge:
-                self.chroma.delete(to_purge)
+                self.dense.delete(to_purge)
             with self._transaction():
                 for doc_id, op, extent, source, source_abs in pending:
                     if op == "delete":
@@ -341,9 +359,17 @@ class ChunkStore:
         if k <= 0 or not query.strip():
             return []
         vector = self.embedder.embed_array([query])[0]
-        hits = self.chroma.query(vector, k, flt)
-        with self._lock:
-            canonical = self.lexical.get_chunks([h.chunk_id for h in hits])
+        self.refresh()
+        try:
+            with self._dense_lock:
+                hits = self.dense.query(vector, k, flt)
+        except Exception as exc:  # e.g. embedded Chroma's "Error finding id" on a view another process changed
+            log.warning("dense search failed (%s: %s); reading the dense index anew and retrying once",
+                        type(exc).__name__, exc)
+            self._reopen_dense()
+            with self._dense_lock:
+                hits = self.dense.query(vector, k, flt)
+        canonical = self.lexical.get_chunks([h.chunk_id for h in hits])
         out: list[ScoredChunk] = []
         for hit in hits:
             chunk = canonical.get(hit.chunk_id)
@@ -355,24 +381,20 @@ class ChunkStore:
 
     def lexical_search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[ScoredChunk]:
         """Top ``k`` chunks by BM25 (score = ``-bm25``, higher is better); any user text is accepted."""
-        with self._lock:
-            return [ScoredChunk(c, s) for c, s in self.lexical.search(query, k, flt)]
+        return [ScoredChunk(c, s) for c, s in self.lexical.search(query, k, flt)]
 
     def get_document_chunks(self, doc_id: str) -> list[Chunk]:
         """All chunks of a document in order (empty if unknown)."""
-        with self._lock:
-            return self.lexical.document_chunks(doc_id)
+        return self.lexical.document_chunks(doc_id)
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
         """Chunks by id (unknown ids are absent from the result)."""
-        with self._lock:
-            return self.lexical.get_chunks(chunk_ids)
+        return self.lexical.get_chunks(chunk_ids)
 
     def get_document_info(self, doc_id: str) -> dict[str, Any] | None:
         """Manifest row of a document (doc_id, source, doc_type, title, key, created_ts, content_hash,
         n_chunks), or None if unknown."""
-        with self._lock:
-            rec = self.manifest.get([doc_id]).get(doc_id)
+        rec = self.manifest.get([doc_id]).get(doc_id)
         if rec is None:
             return None
         return {"doc_id": rec.doc_id, "source": rec.source, "doc_type": rec.doc_type, "title": rec.title,
@@ -381,25 +403,21 @@ class ChunkStore:
 
     def list_documents(self, offset: int = 0, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
         """A page of documents (doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts) and the total."""
-        with self._lock:
-            return self.manifest.page(max(0, offset), max(0, limit))
+        return self.manifest.page(max(0, offset), max(0, limit))
 
     def count_chunks(self) -> int:
         """Number of chunks stored."""
-        with self._lock:
-            return self.lexical.count()
+        return self.lexical.count()
 
     def count_documents(self) -> int:
         """Number of documents stored."""
-        with self._lock:
-            return self.manifest.count()
+        return self.manifest.count()
 
     def ping(self) -> None:
         """Raise StoreError if SQLite or Chroma does not answer (for readiness probes)."""
         try:
-            with self._lock:
-                self._conn.execute("SELECT 1").fetchone()
-            self.chroma.heartbeat()
+            self.db.ping()
+            self.dense.heartbeat()
         except Exception as exc:
             raise StoreError(f"store unreachable: {type(exc).__name__}: {exc}") from exc
 
@@ -409,8 +427,7 @@ class ChunkStore:
         Args:
             under: only documents whose recorded file lies under this folder (None: all).
         """
-        with self._lock:
-            rows = self.manifest.with_source_abs()
+        rows = self.manifest.with_source_abs()
         if under is not None:
             rows = [(doc_id, path) for doc_id, path in rows if _is_under(path, under)]
         return [doc_id for doc_id, path in rows if not os.path.exists(path)]
@@ -421,33 +438,12 @@ def _is_under(path: str, folder: Path) -> bool:
     return Path(path).is_relative_to(Path(os.path.abspath(folder)))
 
 
-def _read_lock_holder(handle: Any) -> dict[str, Any]:
-    """What the lock file records about its holder (``{}`` when unreadable or empty)."""
-    try:
-        handle.seek(0)
-        data = json.loads(handle.read() or "{}")
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _describe_holder(holder: dict[str, Any]) -> str:
-    """``pid 4242 on host ops-01 since 2026-01-20T06:04:00+00:00`` (what is known of it)."""
-    parts = []
-    if holder.get("pid"):
-        parts.append(f"pid {holder['pid']}")
-    if holder.get("host"):
-        parts.append(f"on host {holder['host']}")
-    if holder.get("started"):
-        parts.append(f"since {holder['started']}")
-    return " ".join(parts) if parts else "holder unknown"
-
-
 class StoreSettings(Protocol):
     """What :func:`open_store` reads from a settings object (e.g. :class:`copilot.config.Settings`)."""
 
     data_dir: Path
     chroma_url: str | None
+    database_url: str | None
     collection: str
     embedding_model: str | None
 
@@ -460,8 +456,8 @@ def open_store(settings: StoreSettings, *, embedder: Embedder | None = None,
     commands, and the service behind the web API.
 
     Args:
-        settings: any object with ``data_dir``, ``chroma_url``, ``collection`` and
-            ``embedding_model`` attributes.
+        settings: any object with ``data_dir``, ``chroma_url``, ``database_url``, ``collection``
+            and ``embedding_model`` attributes.
         embedder: an already-built embedder (default: one for ``settings.embedding_model``,
             loaded lazily on first use).
         max_chunk_tokens: chunk ceiling in tokens (default: the model's maximum).
@@ -473,4 +469,4 @@ def open_store(settings: StoreSettings, *, embedder: Embedder | None = None,
 
         embedder = embedding.Embedder(settings.embedding_model)
     return ChunkStore(Path(settings.data_dir), chroma_url=settings.chroma_url or None,
-                      collection=settings.collection, embedder=embedder, max_chunk_tokens=max_chunk_tokens)
+                      database_url=settings.database_url or None, collection=settings.collection, embedder=embedder, max_chunk_tokens=max_chunk_tokens)

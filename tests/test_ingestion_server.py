@@ -69,10 +69,10 @@ def test_ingest_and_search_through_chroma_server(chroma_server, tmp_path):
     corpus = copy_corpus(tmp_path / "corpus")
     store = ChunkStore(tmp_path / "data", chroma_url=url, embedder=shared_embedder(), collection="ops-server")
     store.ping()
-    assert store.chroma.max_batch_size > 0
+    assert store.dense.max_batch_size > 0
     report = ingest_paths([corpus / "tickets", corpus / "logbooks"], store, progress=False)
     assert report.counts["indexed"] == 4 and report.counts["failed"] == 0
-    assert store.chroma.count() == store.count_chunks() == report.chunks_written
+    assert store.dense.count() == store.count_chunks() == report.chunks_written
 
     # a second client (another API replica) sees the same collection on the server
     import chromadb

@@ -48,7 +48,7 @@ def hash_store(tmp_path):
 
 
 def chroma_ids_of(store: ChunkStore, doc_id: str) -> list[str]:
-    got = store.chroma.collection.get(where={"doc_id": doc_id}, include=[])
+    got = store.dense.collection.get(where={"doc_id": doc_id}, include=[])
     return sorted(got["ids"])
 
 
@@ -71,7 +71,7 @@ def test_corpus_ingest_report(corpus_run):
     assert by_source["shiftlogs/shift.log"].documents == 2
     n_docs = sum(f.documents for f in report.files)
     assert store.count_documents() == n_docs == 18
-    assert store.count_chunks() == report.chunks_written == store.chroma.count() == sum(f.chunks for f in report.files)
+    assert store.count_chunks() == report.chunks_written == store.dense.count() == sum(f.chunks for f in report.files)
     assert report.chunks_per_s > 0 and report.elapsed_s > 0
     data = json.loads(json.dumps(report.to_dict()))
     assert data["counts"]["indexed"] == 8 and len(data["files"]) == 8
@@ -95,7 +95,7 @@ def test_second_run_writes_nothing(corpus_run, monkeypatch):
     report = ingest_paths([corpus], store, progress=False)
     assert report.counts["unchanged"] == 8 and report.chunks_written == 0
     # without file fingerprints every file is parsed again; document hashes still match
-    store._conn.execute("DELETE FROM files")
+    store.db.execute("DELETE FROM files")
     report = ingest_paths([corpus], store, progress=False)
     assert report.counts["unchanged"] == 8 and report.chunks_written == 0
     assert snapshot(store)["docs"] == before["docs"] and snapshot(store)["chunks"] == before["chunks"]
@@ -136,10 +136,10 @@ def test_none_and_list_metadata(corpus_run):
     (c108,) = store.get_document_chunks("tickets/jira.json#OPS-108")
     assert c108.metadata["priority"] is None and c108.metadata["labels"] == []
     assert c108.text.startswith("Jira OPS-108 | ARC CE arc02 rejects jobs")
-    got = store.chroma.collection.get(ids=[c108.chunk_id], include=["metadatas"])
+    got = store.dense.collection.get(ids=[c108.chunk_id], include=["metadatas"])
     meta = got["metadatas"][0]
     assert "priority" not in meta and "labels" not in meta and meta["status"] == "In Progress"
-    tagged = store.chroma.collection.get(where={"labels": {"$contains": "cvmfs"}}, include=["metadatas"])
+    tagged = store.dense.collection.get(where={"labels": {"$contains": "cvmfs"}}, include=["metadatas"])
     assert {m["doc_id"] for m in tagged["metadatas"]} == {"tickets/jira.json#OPS-107"}
     assert tagged["metadatas"][0]["labels"] == ["cvmfs", "batch"]
     pm = store.get_document_chunks("postmortems/cvmfs.md#PM-2026-02")[0]
@@ -159,8 +159,8 @@ def test_edited_ticket_3_then_4_then_2_chunks(tmp_path):
         ids = [c.chunk_id for c in store.get_document_chunks(doc_id)]
         assert ids == [f"{doc_id}#{i}" for i in range(expected)]
         assert chroma_ids_of(store, doc_id) == sorted(ids)
-        assert store.chroma.count() == store.count_chunks() == expected
-        assert store._conn.execute("SELECT COUNT(*) FROM chunks_fts").fetchone()[0] == expected
+        assert store.dense.count() == store.count_chunks() == expected
+        assert store.db.query("SELECT COUNT(*) FROM chunks_fts")[0][0] == expected
     assert store.lexical_search("dc-pool-02", 5) == []  # text of the removed paragraph is gone
     assert store.lexical_search("dc-pool-00", 5)[0].chunk.doc_id == doc_id
     store.close()
@@ -183,7 +183,7 @@ def test_special_character_keys_are_four_citable_documents(hash_store, tmp_path)
         assert [h.chunk.doc_id for h in hash_store.dense_search("tape robot", 10, flt)] == [doc_id]
     assert hash_store.delete_document("odd.jsonl#OPS 12") is True
     assert hash_store.delete_document("odd.jsonl#OPS 12") is False
-    assert hash_store.list_documents()[1] == 3 and hash_store.chroma.count() == 3
+    assert hash_store.list_documents()[1] == 3 and hash_store.dense.count() == 3
     assert hash_store.get_document_chunks("odd.jsonl#OPS 12") == []
     # the file still has the entry: the next ingest restores it (the store mirrors its sources)
     report = ingest_paths([src], hash_store, progress=False)
@@ -191,22 +191,22 @@ def test_special_character_keys_are_four_citable_documents(hash_store, tmp_path)
 
 
 def test_more_chunks_than_chroma_max_batch_size(hash_store, tmp_path, monkeypatch):
-    max_batch = hash_store.chroma.max_batch_size
+    max_batch = hash_store.dense.max_batch_size
     n = max_batch + 150
     src = tmp_path / "bulk"
     src.mkdir()
     (src / "kb.jsonl").write_text("\n".join(json.dumps({"id": f"KB-{i:05d}", "text": f"note {i} on host wn-{i}"})
                                             for i in range(n)))
     sizes: list[int] = []
-    original = type(hash_store.chroma.collection).upsert
+    original = type(hash_store.dense.collection).upsert
 
     def spy(self, *args, **kwargs):
         sizes.append(len(kwargs["ids"]))
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(type(hash_store.chroma.collection), "upsert", spy)
+    monkeypatch.setattr(type(hash_store.dense.collection), "upsert", spy)
     report = ingest_paths([src], hash_store, progress=False, batch_chunks=n + 1)
-    assert report.chunks_written == n == hash_store.chroma.count() == hash_store.count_chunks()
+    assert report.chunks_written == n == hash_store.dense.count() == hash_store.count_chunks()
     assert len(sizes) >= 2 and max(sizes) <= max_batch and sum(sizes) == n
     sizes.clear()
     assert ingest_paths([src], hash_store, progress=False).chunks_written == 0 and sizes == []
@@ -215,7 +215,7 @@ def test_more_chunks_than_chroma_max_batch_size(hash_store, tmp_path, monkeypatc
 def test_small_client_batch_limit_also_applies_to_deletes(hash_store, tmp_path, monkeypatch):
     monkeypatch.setattr(ChromaStore, "max_batch_size", property(lambda self: 4))
     calls: list[tuple[str, int]] = []
-    coll_type = type(hash_store.chroma.collection)
+    coll_type = type(hash_store.dense.collection)
     up, de = coll_type.upsert, coll_type.delete
     monkeypatch.setattr(coll_type, "upsert", lambda s, **kw: (calls.append(("upsert", len(kw["ids"]))), up(s, **kw))[1])
     monkeypatch.setattr(coll_type, "delete", lambda s, **kw: (calls.append(("delete", len(kw["ids"]))), de(s, **kw))[1])
@@ -225,7 +225,7 @@ def test_small_client_batch_limit_also_applies_to_deletes(hash_store, tmp_path, 
     ingest_paths([src], hash_store, progress=False)
     (src / "kb.jsonl").write_text(json.dumps({"id": "K0", "text": "t0"}))
     report = ingest_paths([src], hash_store, prune=True, progress=False)
-    assert report.files[0].deleted_documents == 10 and hash_store.chroma.count() == 1
+    assert report.files[0].deleted_documents == 10 and hash_store.dense.count() == 1
     assert calls and all(size <= 4 for _, size in calls) and ("delete", 4) in calls
 
 
@@ -279,7 +279,7 @@ def test_vanished_entries_and_files_need_prune(hash_store, tmp_path):
     assert hash_store.count_documents() == n_docs - 2
     assert hash_store.get_document_chunks("tickets/ggus.csv#GGUS-170002") == []
     assert hash_store.get_document_chunks("misc/notes.txt#notes.txt") == []
-    assert hash_store.chroma.count() == hash_store.count_chunks()
+    assert hash_store.dense.count() == hash_store.count_chunks()
     (src / "tickets" / "records.jsonl").write_text("\n")
     report = ingest_paths([src], hash_store, progress=False, prune=True)
     assert next(f for f in report.files if f.source == "tickets/records.jsonl").deleted_documents == 2
@@ -293,7 +293,7 @@ def test_reingest_with_another_root_supersedes_old_ids(hash_store, tmp_path):
     n = hash_store.count_documents()
     report = ingest_paths([src / "tickets"], hash_store, progress=False)
     assert {f.source for f in report.files} == {"ggus.csv", "jira.json", "records.jsonl"}
-    assert hash_store.count_documents() == n and hash_store.chroma.count() == hash_store.count_chunks()
+    assert hash_store.count_documents() == n and hash_store.dense.count() == hash_store.count_chunks()
     assert {r["source"] for r in hash_store.list_documents(0, 100)[0]} == {"ggus.csv", "jira.json", "records.jsonl"}
 
 
@@ -308,7 +308,7 @@ def test_interrupted_write_is_recovered_in_process(hash_store, tmp_path, monkeyp
     with pytest.raises(StoreError, match="disk full"):
         ingest_paths([src], hash_store, progress=False)
     monkeypatch.undo()
-    assert hash_store._conn.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == 1
+    assert hash_store.db.query("SELECT COUNT(*) FROM pending")[0][0] == 1
     assert snapshot(hash_store)["chunks"] == clean["chunks"]  # SQLite side untouched
     (src / "t.json").write_text(jira_ticket(2))  # the source went back before the re-run
     report = ingest_paths([src], hash_store, progress=False)
@@ -319,7 +319,8 @@ def test_interrupted_write_is_recovered_in_process(hash_store, tmp_path, monkeyp
 
 
 def _settings(data_dir: Path) -> SimpleNamespace:
-    return SimpleNamespace(data_dir=data_dir, chroma_url=None, collection="opscopilot", embedding_model=None)
+    return SimpleNamespace(data_dir=data_dir, chroma_url=None, database_url=None, collection="opscopilot",
+                           embedding_model=None)
 
 
 def test_cli_body_report_file_exit_code_and_progress(tmp_path, caplog):
@@ -386,7 +387,7 @@ def test_odd_metadata_keys_and_values_are_stored(hash_store, tmp_path):
     assert report.counts["indexed"] == 1
     (chunk,) = hash_store.get_document_chunks("odd.jsonl#R-1")
     assert chunk.metadata["#tag"] == "x" and chunk.metadata["owner"] is None
-    meta = hash_store.chroma.collection.get(ids=[chunk.chunk_id], include=["metadatas"])["metadatas"][0]
+    meta = hash_store.dense.collection.get(ids=[chunk.chunk_id], include=["metadatas"])["metadatas"][0]
     assert meta["x_#tag"] == "x" and meta["huge"] == str(2**70) and "score" not in meta and "owner" not in meta
     assert hash_store.get_chunks([chunk.chunk_id, "nope"]) == {chunk.chunk_id: chunk}
     info = hash_store.get_document_info("odd.jsonl#R-1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from contextlib import asynccontextmanager
 
@@ -52,11 +53,12 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             app.state.service = service
         app.state.worker = GenerationWorker(max_queue=settings.queue_size, retry_after_s=settings.retry_after_s)
         app_metrics.bind_queue(lambda: app.state.worker.depth)
-        app.state.ingest_jobs = IngestJobManager(
-            app.state.service.store, settings.uploads_dir,
+        app.state.ingest_jobs = await asyncio.to_thread(
+            IngestJobManager, app.state.service.store, settings.uploads_dir,
+            replica_id=settings.replica_id or f"{socket.gethostname()}:{settings.port}", lease_s=settings.job_lease_s,
             on_finish=lambda job: app_metrics.ingest_jobs.labels(job.status).inc())
-        log.info("OpsCopilot ready: model %s, store %s", settings.target_model,
-                 settings.chroma_url or settings.data_dir)
+        log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
+                 app.state.service.store.location, app.state.ingest_jobs.replica_id)
         try:
             yield
         finally:

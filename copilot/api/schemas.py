@@ -230,7 +230,8 @@ class IngestJobOut(BaseModel):
 
     id: str
     kind: Literal["upload", "path"]
-    status: Literal["queued", "running", "succeeded", "failed"]
+    status: Literal["queued", "running", "succeeded", "failed", "interrupted"] = Field(
+        description="interrupted: its replica stopped before it finished; POST /v1/ingest/{id}/resume runs it again")
     created: datetime
     started: datetime | None = None
     finished: datetime | None = None
@@ -239,12 +240,22 @@ class IngestJobOut(BaseModel):
     report: dict[str, Any] | None = None
     error: str | None = None
     warnings: list[str] = []
+    replica: str | None = Field(None, description="the API replica that runs (or ran) the job")
+
+
+class IngestJobList(BaseModel):
+    """``GET /v1/ingest``: ingest jobs of every replica, newest first."""
+
+    jobs: list[IngestJobOut]
+    total: int
+    offset: int
+    limit: int
 
 
 class IngestAccepted(BaseModel):
-    """``POST /v1/ingest`` → 202: poll ``status_url``."""
+    """``POST /v1/ingest`` (and ``/v1/ingest/{id}/resume``) → 202: poll ``status_url``."""
 
     id: str
-    status: Literal["queued", "running", "succeeded", "failed"]
+    status: Literal["queued", "running", "succeeded", "failed", "interrupted"]
     status_url: str
     files: list[str]

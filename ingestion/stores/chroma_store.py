@@ -13,7 +13,6 @@ import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -22,6 +21,7 @@ import numpy as np
 
 from ingestion.documents import SearchFilter
 from ingestion.errors import StoreError
+from ingestion.stores.dense import DenseHit
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +84,6 @@ def build_where(flt: SearchFilter | None) -> dict[str, Any] | None:
     return conditions[0] if len(conditions) == 1 else {"$and": conditions}
 
 
-@dataclass(frozen=True)
-class DenseHit:
-    """One Chroma query result: id, cosine similarity, stored document text and metadata."""
-
-    chunk_id: str
-    score: float
-    text: str
-    metadata: dict[str, Any]
-
-
 def _batches(n: int, size: int) -> Iterator[slice]:
     for start in range(0, n, size):
         yield slice(start, min(n, start + size))
@@ -146,23 +136,44 @@ class ChromaStore:
 
     def __init__(self, path: Path | None, url: str | None, collection: str, embedding_model: str) -> None:
         self.url = url
+        self.path = path
+        self.collection_name = collection
+        self.embedding_model = embedding_model
         if url:
             parse_url(url)  # ValueError for a malformed URL, before any connection attempt
+        self._max_batch: int | None = None
+        self._open()
+
+    def _open(self) -> None:
         try:
-            self.client = make_client(path, url)
+            self.client = make_client(self.path, self.url)
             self.collection = self.client.get_or_create_collection(
-                collection, embedding_function=None,
+                self.collection_name, embedding_function=None,
                 configuration={"hnsw": {"space": "cosine"}},
-                metadata={"embedding_model": embedding_model},
+                metadata={"embedding_model": self.embedding_model},
             )
         except Exception as exc:  # chromadb raises assorted connection/validation errors
-            where = url or str(path)
-            raise StoreError(f"cannot open Chroma collection {collection!r} at {where}: {exc}") from exc
+            where = self.url or str(self.path)
+            raise StoreError(f"cannot open Chroma collection {self.collection_name!r} at {where}: {exc}") from exc
         recorded = (self.collection.metadata or {}).get("embedding_model")
-        if recorded and recorded != embedding_model:
-            raise StoreError(f"Chroma collection {collection!r} holds embeddings of {recorded!r}, not "
-                             f"{embedding_model!r}; use another collection or data dir")
-        self._max_batch: int | None = None
+        if recorded and recorded != self.embedding_model:
+            raise StoreError(f"Chroma collection {self.collection_name!r} holds embeddings of {recorded!r}, not "
+                             f"{self.embedding_model!r}; use another collection or data dir")
+
+    def reopen(self) -> None:
+        """Read the collection anew. Embedded Chroma keeps its vector index in memory, so writes by
+        another process (a ``copilot ingest`` beside ``copilot serve``) stay invisible to this one —
+        and a filtered query then fails with "Error finding id" — until the client is closed and
+        opened again; a server client needs nothing.
+
+        Raises:
+            StoreError: the collection cannot be opened again.
+        """
+        if self.url:
+            return
+        log.info("re-opening the embedded Chroma at %s: another process changed it", self.path)
+        self.client.close()
+        self._open()
 
     @property
     def max_batch_size(self) -> int:

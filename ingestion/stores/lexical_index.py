@@ -1,9 +1,18 @@
-"""BM25 lexical index over chunk texts: SQLite FTS5, incremental and persistent.
+"""Lexical index over chunk texts: SQLite FTS5 (BM25) or PostgreSQL full-text search.
 
-Table ``chunks`` holds every chunk (text, metadata JSON, filter columns); the FTS5 table
-``chunks_fts`` indexes its text as an external-content table kept in step by triggers,
-so adding or deleting a document touches only its own rows (no rebuild). Tokenizer:
-``porter unicode61 remove_diacritics 2``.
+Table ``chunks`` holds every chunk (text, metadata JSON, filter columns) in either database.
+
+- SQLite (:class:`Fts5LexicalIndex`): the FTS5 table ``chunks_fts`` indexes its text as an
+  external-content table kept in step by triggers, so adding or deleting a document touches
+  only its own rows (no rebuild). Tokenizer: ``porter unicode61 remove_diacritics 2``;
+  ranking: FTS5's ``bm25()`` (Robertson & Zaragoza, "The Probabilistic Relevance Framework:
+  BM25 and Beyond", 2009; k1 = 1.2, b = 0.75).
+- PostgreSQL (:class:`PostgresLexicalIndex`): a stored ``tsvector`` column
+  (``to_tsvector('english', text)``, Snowball stemming) with a GIN index; ranking:
+  ``ts_rank_cd(tsv, query, 1)`` (cover density, divided by 1 + log of the chunk length), the
+  server's ranking closest to BM25: term frequency with length normalisation, but no IDF.
+  Retrieval quality on both is measured side by side (``copilot eval retrieval``; see the
+  README's shared-store section).
 
 Queries are built from user text by :func:`fts_query`, never passed through: each
 whitespace-separated word becomes a quoted term, or a quoted phrase when it contains
@@ -17,11 +26,11 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ingestion.documents import Chunk, SearchFilter
+from ingestion.stores.database import Database
 
 _WORD_PART_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _STOPWORDS = frozenset(
@@ -30,7 +39,7 @@ _STOPWORDS = frozenset(
 )
 MAX_QUERY_TERMS = 64
 
-SCHEMA = """
+FTS5_SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunks (
     rowid INTEGER PRIMARY KEY,
     chunk_id TEXT NOT NULL UNIQUE,
@@ -61,9 +70,32 @@ END;
 """
 
 
-def fts_query(text: str) -> str | None:
-    """Safe FTS5 MATCH expression for arbitrary user text, or None when it has no word characters."""
-    terms: list[str] = []
+POSTGRES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    rowid BIGSERIAL PRIMARY KEY,
+    chunk_id TEXT NOT NULL UNIQUE,
+    doc_id TEXT NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    metadata_json TEXT NOT NULL,
+    source TEXT,
+    doc_type TEXT,
+    key TEXT,
+    created_ts BIGINT,
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+);
+CREATE INDEX IF NOT EXISTS chunks_doc_id ON chunks(doc_id, chunk_index);
+CREATE INDEX IF NOT EXISTS chunks_source ON chunks(source);
+CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING GIN (tsv);
+"""
+
+
+def query_words(text: str) -> list[tuple[str, str]]:
+    """The search words of arbitrary user text as ``(word, term)`` pairs: ``word`` as written
+    (whitespace-separated), ``term`` its word characters space-joined (``OPS-107`` → ``OPS 107``);
+    deduplicated by term case-insensitively, stop words dropped unless nothing else is left, at
+    most :data:`MAX_QUERY_TERMS`."""
+    pairs: list[tuple[str, str]] = []
     seen: set[str] = set()
     for word in text.split():
         parts = _WORD_PART_RE.findall(word)
@@ -74,12 +106,15 @@ def fts_query(text: str) -> str | None:
         if low in seen:
             continue
         seen.add(low)
-        terms.append(term)
-    content = [t for t in terms if t.lower() not in _STOPWORDS]
-    terms = (content or terms)[:MAX_QUERY_TERMS]
-    if not terms:
-        return None
-    return " OR ".join(f'"{t}"' for t in terms)
+        pairs.append((word, term))
+    content = [p for p in pairs if p[1].lower() not in _STOPWORDS]
+    return (content or pairs)[:MAX_QUERY_TERMS]
+
+
+def fts_query(text: str) -> str | None:
+    """Safe FTS5 MATCH expression for arbitrary user text, or None when it has no word characters."""
+    terms = [term for _, term in query_words(text)]
+    return " OR ".join(f'"{t}"' for t in terms) if terms else None
 
 
 def _chunk_from_row(row: Sequence[Any]) -> Chunk:
@@ -111,19 +146,21 @@ def _filter_sql(flt: SearchFilter | None) -> tuple[str, list[Any]]:
 
 
 class LexicalIndex:
-    """Chunk rows and their FTS5 index on a caller-owned SQLite connection.
+    """Chunk rows and their full-text index (the dialect's subclass creates and searches it).
 
     Methods that write do not commit: the caller groups them in one transaction with the
     manifest update.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        conn.executescript(SCHEMA)
+    schema: str = ""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.executescript(self.schema)
 
     def insert_chunks(self, chunks: Iterable[Chunk]) -> None:
-        """Insert chunk rows (the FTS index follows by trigger)."""
-        self.conn.executemany(
+        """Insert chunk rows (the full-text index follows)."""
+        self.db.executemany(
             "INSERT INTO chunks(chunk_id, doc_id, chunk_index, text, metadata_json, source, doc_type, key, created_ts)"
             " VALUES (?,?,?,?,?,?,?,?,?)",
             [
@@ -137,14 +174,13 @@ class LexicalIndex:
 
     def delete_documents(self, doc_ids: Iterable[str]) -> None:
         """Delete every chunk row of these documents."""
-        self.conn.executemany("DELETE FROM chunks WHERE doc_id = ?", [(d,) for d in doc_ids])
+        self.db.executemany("DELETE FROM chunks WHERE doc_id = ?", [(d,) for d in doc_ids])
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
         """A document's chunks in order."""
-        rows = self.conn.execute(
+        rows = self.db.query(
             "SELECT chunk_id, doc_id, text, metadata_json FROM chunks WHERE doc_id = ? ORDER BY chunk_index",
-            (doc_id,),
-        ).fetchall()
+            (doc_id,))
         return [_chunk_from_row(r) for r in rows]
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
@@ -153,27 +189,62 @@ class LexicalIndex:
         ids = list(chunk_ids)
         for start in range(0, len(ids), 500):
             part = ids[start:start + 500]
-            rows = self.conn.execute(
+            rows = self.db.query(
                 f"SELECT chunk_id, doc_id, text, metadata_json FROM chunks WHERE chunk_id IN ({','.join('?' * len(part))})",
-                part,
-            ).fetchall()
+                part)
             out.update((r[0], _chunk_from_row(r)) for r in rows)
         return out
 
     def search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[tuple[Chunk, float]]:
-        """Top ``k`` chunks by BM25 for free text ``query``; score = ``-bm25`` (higher is better)."""
+        """Top ``k`` chunks for free text ``query`` (any user text is accepted), best first;
+        the score is higher for better matches."""
+        raise NotImplementedError
+
+    def count(self) -> int:
+        """Number of chunk rows."""
+        return int(self.db.query("SELECT COUNT(*) FROM chunks")[0][0])
+
+
+class Fts5LexicalIndex(LexicalIndex):
+    """SQLite FTS5 with BM25 ranking (score = ``-bm25()``)."""
+
+    schema = FTS5_SCHEMA
+
+    def search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[tuple[Chunk, float]]:
         match = fts_query(query)
         if match is None or k <= 0:
             return []
         where, params = _filter_sql(flt)
-        rows = self.conn.execute(
+        rows = self.db.query(
             "SELECT c.chunk_id, c.doc_id, c.text, c.metadata_json, bm25(chunks_fts) AS rank "
             "FROM chunks_fts JOIN chunks c ON c.rowid = chunks_fts.rowid "
             f"WHERE chunks_fts MATCH ?{where} ORDER BY rank LIMIT ?",
-            [match, *params, int(k)],
-        ).fetchall()
+            [match, *params, int(k)])
         return [(_chunk_from_row(r), -float(r[4])) for r in rows]
 
-    def count(self) -> int:
-        """Number of chunk rows."""
-        return int(self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+
+class PostgresLexicalIndex(LexicalIndex):
+    """PostgreSQL full-text search: the query's words OR-ed, each parsed as a phrase by the same
+    parser as the documents (so ``OPS-107`` and ``dc-pool-14`` match as written), ranked by
+    ``ts_rank_cd(tsv, query, 1)``; ties broken by chunk id so results are deterministic."""
+
+    schema = POSTGRES_SCHEMA
+
+    def search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[tuple[Chunk, float]]:
+        terms = [word for word, _ in query_words(query)]
+        if not terms or k <= 0:
+            return []
+        tsquery = " || ".join(["phraseto_tsquery('english', ?)"] * len(terms))
+        where, params = _filter_sql(flt)
+        rows = self.db.query(
+            f"WITH q AS (SELECT ({tsquery}) AS query) "
+            "SELECT c.chunk_id, c.doc_id, c.text, c.metadata_json, ts_rank_cd(c.tsv, q.query, 1) AS score "
+            f"FROM chunks c, q WHERE numnode(q.query) > 0 AND c.tsv @@ q.query{where} "
+            "ORDER BY score DESC, c.chunk_id LIMIT ?",
+            [*terms, *params, int(k)])
+        return [(_chunk_from_row(r), float(r[4])) for r in rows]
+
+
+def lexical_index(db: Database) -> LexicalIndex:
+    """The lexical index for the database's dialect (tables created when missing)."""
+    return PostgresLexicalIndex(db) if db.dialect == "postgresql" else Fts5LexicalIndex(db)

@@ -1,6 +1,6 @@
 """The manifest: per-document content hashes, per-file fingerprints and the write-intent log.
 
-Tables (same SQLite database as the lexical index, so one transaction covers both):
+Tables (same database as the lexical index, SQLite or PostgreSQL, so one transaction covers both):
 
 - ``documents``: doc_id, source, source_abs (absolute path at ingest, for ``--prune``),
   doc_type, title, key, created_ts, content_hash, index_sig (model + chunking settings),
@@ -10,16 +10,19 @@ Tables (same SQLite database as the lexical index, so one transaction covers bot
 - ``pending``: documents whose Chroma records are being changed. A row is committed
   before the Chroma write and removed in the transaction that records the result, so
   after a crash the affected documents are known (see ``ChunkStore.recover``).
-- ``meta``: key/value settings (schema version, embedding model).
+- ``meta``: key/value settings (schema version, embedding model) and the store's generation
+  (a new value, and the writing process, on every committed change; see
+  :meth:`ingestion.store.ChunkStore.refresh`).
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ingestion.stores.database import Database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -30,12 +33,12 @@ CREATE TABLE IF NOT EXISTS documents (
     doc_type TEXT,
     title TEXT,
     key TEXT,
-    created_ts INTEGER,
+    created_ts BIGINT,
     content_hash TEXT NOT NULL,
     index_sig TEXT NOT NULL,
     n_chunks INTEGER NOT NULL,
     chroma_extent INTEGER NOT NULL,
-    indexed_at REAL NOT NULL
+    indexed_at DOUBLE PRECISION NOT NULL
 );
 CREATE INDEX IF NOT EXISTS documents_source ON documents(source);
 CREATE INDEX IF NOT EXISTS documents_source_abs ON documents(source_abs);
@@ -89,24 +92,26 @@ class FileRecord:
 
 
 _DOC_COLS = "doc_id, source, source_abs, doc_type, title, key, created_ts, content_hash, index_sig, n_chunks, chroma_extent"
+_DOC_UPDATE = ", ".join(f"{c} = excluded.{c}" for c in _DOC_COLS.split(", ")[1:])
 
 
 class Manifest:
-    """Accessors for the manifest tables on a caller-owned connection (no commits here)."""
+    """Accessors for the manifest tables (writes join the caller's transaction; no commits here)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        conn.executescript(SCHEMA)
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.executescript(SCHEMA)
 
     # meta
     def get_meta(self, key: str) -> str | None:
         """Value stored under ``key`` in ``meta``, or None."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self.db.query_one("SELECT value FROM meta WHERE key = ?", (key,))
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
         """Store ``value`` under ``key`` in ``meta``."""
-        self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+        self.db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (key, value))
 
     # documents
     def get(self, doc_ids: Sequence[str]) -> dict[str, DocumentRecord]:
@@ -115,100 +120,101 @@ class Manifest:
         ids = list(doc_ids)
         for start in range(0, len(ids), 500):
             part = ids[start:start + 500]
-            rows = self.conn.execute(
-                f"SELECT {_DOC_COLS} FROM documents WHERE doc_id IN ({','.join('?' * len(part))})", part
-            ).fetchall()
+            rows = self.db.query(
+                f"SELECT {_DOC_COLS} FROM documents WHERE doc_id IN ({','.join('?' * len(part))})", part)
             out.update((r[0], DocumentRecord(*r)) for r in rows)
         return out
 
     def for_source(self, source: str, source_abs: str | None) -> list[DocumentRecord]:
         """Documents recorded for this relative source or this absolute path."""
-        rows = self.conn.execute(
+        rows = self.db.query(
             f"SELECT {_DOC_COLS} FROM documents WHERE source = ? OR (source_abs IS NOT NULL AND source_abs = ?)",
-            (source, source_abs),
-        ).fetchall()
+            (source, source_abs))
         return [DocumentRecord(*r) for r in rows]
 
     def with_source_abs(self) -> list[tuple[str, str]]:
         """(doc_id, source_abs) of every document ingested from a file."""
-        return [(r[0], r[1]) for r in self.conn.execute(
+        return [(r[0], r[1]) for r in self.db.query(
             "SELECT doc_id, source_abs FROM documents WHERE source_abs IS NOT NULL")]
 
     def upsert(self, records: Iterable[DocumentRecord]) -> None:
         """Insert or replace document records."""
         now = time.time()
-        self.conn.executemany(
-            f"INSERT OR REPLACE INTO documents({_DOC_COLS}, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        self.db.executemany(
+            f"INSERT INTO documents({_DOC_COLS}, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            f"ON CONFLICT (doc_id) DO UPDATE SET {_DOC_UPDATE}, indexed_at = excluded.indexed_at",
             [(*(getattr(r, f) for f in DocumentRecord.__dataclass_fields__), now) for r in records],
         )
 
     def delete(self, doc_ids: Iterable[str]) -> None:
         """Delete document records."""
-        self.conn.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
+        self.db.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
 
     def relocate(self, moves: Iterable[tuple[str, str]]) -> None:
         """Record a new absolute source path for documents: ``(doc_id, source_abs)`` pairs."""
-        self.conn.executemany("UPDATE documents SET source_abs = ? WHERE doc_id = ?",
+        self.db.executemany("UPDATE documents SET source_abs = ? WHERE doc_id = ?",
                               [(source_abs, doc_id) for doc_id, source_abs in moves])
 
     def mark_stale(self, doc_id: str, extent: int) -> None:
         """Force the document to be rewritten on its next ingest; remember Chroma may hold ``extent`` chunks."""
-        self.conn.execute(
-            "UPDATE documents SET content_hash = '', chroma_extent = MAX(chroma_extent, ?) WHERE doc_id = ?",
-            (extent, doc_id),
-        )
+        self.db.execute(
+            "UPDATE documents SET content_hash = '', "
+            "chroma_extent = CASE WHEN chroma_extent > ? THEN chroma_extent ELSE ? END WHERE doc_id = ?",
+            (extent, extent, doc_id))
 
     def page(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
         """A page of documents ordered by source then doc_id, and the total count."""
-        total = int(self.conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
-        rows = self.conn.execute(
+        total = self.count()
+        rows = self.db.query(
             "SELECT doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts FROM documents "
-            "ORDER BY source, doc_id LIMIT ? OFFSET ?", (int(limit), int(offset)),
-        ).fetchall()
+            "ORDER BY source, doc_id LIMIT ? OFFSET ?", (int(limit), int(offset)))
         names = ("doc_id", "source", "title", "doc_type", "n_chunks", "content_hash", "key", "created_ts")
         return [dict(zip(names, r)) for r in rows], total
 
     def count(self) -> int:
         """Number of documents."""
-        return int(self.conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+        return int(self.db.query("SELECT COUNT(*) FROM documents")[0][0])
 
     # files
     def get_file(self, source_abs: str) -> FileRecord | None:
         """Fingerprint of the last complete ingest of ``source_abs``."""
-        row = self.conn.execute(
+        row = self.db.query_one(
             "SELECT source_abs, source, sha256, settings_sig, n_documents, n_chunks, format FROM files "
-            "WHERE source_abs = ?", (source_abs,),
-        ).fetchone()
+            "WHERE source_abs = ?", (source_abs,))
         return None if row is None else FileRecord(*row)
 
     def put_files(self, records: Iterable[FileRecord]) -> None:
         """Insert or replace file fingerprints."""
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO files(source_abs, source, sha256, settings_sig, n_documents, n_chunks, format) "
-            "VALUES (?,?,?,?,?,?,?)",
+        self.db.executemany(
+            "INSERT INTO files(source_abs, source, sha256, settings_sig, n_documents, n_chunks, format) "
+            "VALUES (?,?,?,?,?,?,?) ON CONFLICT (source_abs) DO UPDATE SET source = excluded.source, "
+            "sha256 = excluded.sha256, settings_sig = excluded.settings_sig, n_documents = excluded.n_documents, "
+            "n_chunks = excluded.n_chunks, format = excluded.format",
             [(r.source_abs, r.source, r.sha256, r.settings_sig, r.n_documents, r.n_chunks, r.format) for r in records],
         )
 
     def forget_files(self, sources: Iterable[str] = (), sources_abs: Iterable[str] = ()) -> None:
         """Drop fingerprints so those files are parsed again on the next run."""
-        self.conn.executemany("DELETE FROM files WHERE source = ?", [(s,) for s in sources])
-        self.conn.executemany("DELETE FROM files WHERE source_abs = ?", [(s,) for s in sources_abs])
+        self.db.executemany("DELETE FROM files WHERE source = ?", [(s,) for s in sources])
+        self.db.executemany("DELETE FROM files WHERE source_abs = ?", [(s,) for s in sources_abs])
 
     def all_files(self) -> list[str]:
         """Absolute paths of every fingerprinted file."""
-        return [r[0] for r in self.conn.execute("SELECT source_abs FROM files")]
+        return [r[0] for r in self.db.query("SELECT source_abs FROM files")]
 
     # pending (write-intent log)
     def add_pending(self, rows: Iterable[tuple[str, str, int, str | None, str | None]]) -> None:
         """Record intents ``(doc_id, op 'write'|'delete', extent, source, source_abs)``."""
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO pending(doc_id, op, extent, source, source_abs) VALUES (?,?,?,?,?)", list(rows))
+        self.db.executemany(
+            "INSERT INTO pending(doc_id, op, extent, source, source_abs) VALUES (?,?,?,?,?) ON CONFLICT (doc_id) "
+            "DO UPDATE SET op = excluded.op, extent = excluded.extent, source = excluded.source, "
+            "source_abs = excluded.source_abs", list(rows))
 
     def clear_pending(self, doc_ids: Iterable[str]) -> None:
         """Remove intents once their outcome is committed."""
-        self.conn.executemany("DELETE FROM pending WHERE doc_id = ?", [(d,) for d in doc_ids])
+        self.db.executemany("DELETE FROM pending WHERE doc_id = ?", [(d,) for d in doc_ids])
 
     def pending(self) -> list[tuple[str, str, int, str | None, str | None]]:
         """Every unresolved intent."""
-        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
+        return [tuple(r) for r in self.db.query(  # type: ignore[misc]
             "SELECT doc_id, op, extent, source, source_abs FROM pending ORDER BY doc_id")]

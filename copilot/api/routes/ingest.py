@@ -1,4 +1,8 @@
-"""``POST /v1/ingest`` starts a background ingest job; ``GET /v1/ingest/{id}`` reports on it.
+"""``POST /v1/ingest`` starts a background ingest job; ``GET /v1/ingest/{id}`` reports on it,
+``GET /v1/ingest`` lists jobs, ``POST /v1/ingest/{id}/resume`` runs an interrupted one again.
+
+Jobs are kept in the store, so every replica of a shared store reports on every job, and a
+job survives the restart of the replica that ran it (as ``interrupted``).
 
 Two request forms (chosen by ``Content-Type``):
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
@@ -25,7 +29,7 @@ from copilot.config import Settings
 from copilot.api.dependencies import get_ingest_jobs, get_settings, require_api_key
 from copilot.api.jobs import (IngestJob, IngestJobManager, PathRejectedError, resolve_ingest_path,
                                  safe_folder)
-from copilot.api.schemas import ErrorResponse, IngestAccepted, IngestJobOut, IngestPathRequest
+from copilot.api.schemas import ErrorResponse, IngestAccepted, IngestJobList, IngestJobOut, IngestPathRequest
 
 router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[Depends(require_api_key)])
 
@@ -100,13 +104,39 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
                           status_url=str(request.url_for("get_ingest_job", job_id=job.id)))
 
 
+@router.get("", response_model=IngestJobList)
+async def list_ingest_jobs(offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500),
+                           jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestJobList:
+    """Ingest jobs of every replica, newest first, with their status and per-file reports."""
+    found, total = await asyncio.to_thread(jobs.list, offset, limit)
+    return IngestJobList(jobs=found, total=total, offset=offset, limit=limit)
+
+
 @router.get("/{job_id}", response_model=IngestJobOut, responses={404: {"model": ErrorResponse}})
 async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestJobOut:
-    """Status, progress and (once finished) the per-file report of an ingest job."""
-    job = jobs.get(job_id)
+    """Status, progress and (once finished) the per-file report of an ingest job (of any replica)."""
+    job = await asyncio.to_thread(jobs.get, job_id)
     if job is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r} (unknown, or forgotten)")
-    return job.to_model()
+    return job
+
+
+@router.post("/{job_id}/resume", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted,
+             responses={code: {"model": ErrorResponse} for code in (404, 409, 503)})
+async def resume_ingest_job(job_id: str, request: Request,
+                            jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestAccepted:
+    """Run an interrupted (or failed) job again on this replica, from the start; ingest is
+    idempotent, so what its first run stored is kept and the rest is added.
+
+    Errors: 404 unknown job, 409 the job is queued, running or succeeded (or another replica
+    claimed it first), 503 too many pending jobs here.
+    """
+    try:
+        job = await asyncio.to_thread(jobs.resume, job_id)
+    except PathRejectedError as exc:
+        raise _reject(exc) from exc
+    return IngestAccepted(id=job.id, status=job.status, files=job.sources(),
+                          status_url=str(request.url_for("get_ingest_job", job_id=job.id)))
 
 
 def _text(value: object) -> str | None:
