@@ -238,7 +238,7 @@ class ChunkStore:
         """Write a batch (see the module docstring for the crash-safe protocol).
 
         Raises:
-            StoreError: Chroma or SQLite failed; intent rows keep the batch recoverable.
+            StoreError: the dense index or the database failed; intent rows keep the batch recoverable.
         """
         chunks = [c for w in batch.writes for c in w.chunks]
         started = time.perf_counter()

@@ -468,3 +468,25 @@ def restore_logging():
 # ======================================================================================
 # END light API fixtures
 # ======================================================================================
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory) -> str:
+    """A real PostgreSQL 16 with pgvector (the ``pgserver`` wheel), started once per session on a
+    Unix socket in a temp folder and stopped at the end; tests isolate themselves by collection
+    (each collection is a schema of its own)."""
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("postgres"), cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def pg_collection(request) -> str:
+    """A collection (PostgreSQL schema) name unique to the test."""
+    import re
+
+    return "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40] + "_" + os.urandom(3).hex()

@@ -1,4 +1,5 @@
-"""Kill-and-resume with a real SIGKILL of an ingest subprocess; the result must equal one clean run."""
+"""Kill-and-resume with a real SIGKILL of an ingest subprocess; the result must equal one clean run,
+on the embedded store (SQLite + Chroma) and on the shared one (PostgreSQL + pgvector) alike."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import os
 import queue
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,6 +21,7 @@ from ingestion_helpers import FIXTURES, REPO_ROOT, copy_corpus, shared_embedder,
 
 from ingestion.pipeline import ingest_paths  # noqa: E402
 from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.database import open_database  # noqa: E402
 
 WORKER = FIXTURES / "ingest_worker.py"
 TIMEOUT_S = 240
@@ -82,38 +83,54 @@ def make_v2(corpus: Path) -> None:
     (corpus / "misc" / "new.jsonl").write_text(json.dumps({"id": "KB-9", "text": "UPS-2 battery replaced."}) + "\n")
 
 
-def test_sigkill_mid_run_then_rerun_equals_clean_run(tmp_path):
+@pytest.fixture(params=["embedded", "shared"])
+def store_kind(request, pg_collection) -> dict:
+    """How to open the store under test: ChunkStore keyword arguments and the worker's flags."""
+    if request.param == "embedded":
+        return {"kwargs": {}, "flags": []}
+    url = request.getfixturevalue("postgres_url")
+    return {"kwargs": {"database_url": url, "collection": pg_collection},
+            "flags": ["--database-url", url, "--collection", pg_collection]}
+
+
+def test_sigkill_mid_run_then_rerun_equals_clean_run(tmp_path, store_kind):
     corpus = copy_corpus(tmp_path / "corpus")
     killed = tmp_path / "killed-store"
     log = tmp_path / "worker.log"
+    flags = store_kind["flags"]
 
-    # 1. first ingest, killed at an arbitrary moment after the second Chroma write
-    w = Worker(corpus, killed, log)
+    # 1. first ingest, killed at an arbitrary moment after the second dense write
+    w = Worker(corpus, killed, log, *flags)
     w.wait_for("CHROMA_UPSERT 2")
     w.kill()
 
-    # 2. the corpus changes; the next run is killed between a Chroma write and its SQLite commit
+    # 2. the corpus changes; the next run is killed between a dense write and its database commit
     make_v2(corpus)
-    w = Worker(corpus, killed, log, "--pause-at", "1", "--prune")
+    w = Worker(corpus, killed, log, "--pause-at", "1", "--prune", *flags)
     w.wait_for("PAUSED")
     w.kill()
-    with sqlite3.connect(killed / "index.sqlite3") as conn:
-        pending = dict(conn.execute("SELECT doc_id, op FROM pending").fetchall())
-        stored = {r[0] for r in conn.execute("SELECT doc_id FROM documents")}
+    db = open_database(killed, store_kind["kwargs"].get("database_url"),
+                       store_kind["kwargs"].get("collection", "opscopilot"))
+    pending = dict(db.query("SELECT doc_id, op FROM pending"))
+    stored = {r[0] for r in db.query("SELECT doc_id FROM documents")}
+    db.close()
     # the kill hit both kinds of interrupted write: a changed stored document and a new one
     assert pending.get("logbooks/ops.elog#42") == "write" and "logbooks/ops.elog#42" in stored
     assert any(doc_id not in stored for doc_id in pending)
 
     # 3. a plain re-run completes and recovers the interrupted documents
-    report = Worker(corpus, killed, log, "--prune").finish()
+    report = Worker(corpus, killed, log, "--prune", *flags).finish()
     assert report["recovered_documents"] >= 1
     assert report["counts"]["failed"] == 0
 
     # 4. one clean run of the final corpus, in-process
-    clean_store = ChunkStore(tmp_path / "clean-store", embedder=shared_embedder())
+    clean_kwargs = dict(store_kind["kwargs"])
+    if clean_kwargs:  # the shared store: another schema of the same server
+        clean_kwargs["collection"] = "clean_" + clean_kwargs["collection"]
+    clean_store = ChunkStore(tmp_path / "clean-store", embedder=shared_embedder(), **clean_kwargs)
     ingest_paths([corpus], clean_store, prune=True, progress=False)
     clean = snapshot(clean_store)
-    resumed_store = ChunkStore(killed, embedder=shared_embedder())
+    resumed_store = ChunkStore(killed, embedder=shared_embedder(), **store_kind["kwargs"])
     resumed = snapshot(resumed_store)
 
     assert resumed["pending"] == clean["pending"] == 0
@@ -135,13 +152,14 @@ def test_sigkill_mid_run_then_rerun_equals_clean_run(tmp_path):
     clean_store.close()
 
 
-def test_lock_is_released_when_a_run_is_killed(tmp_path):
-    """flock dies with the process: a killed run never blocks the next one."""
+def test_lock_is_released_when_a_run_is_killed(tmp_path, store_kind):
+    """The lock (flock, or a PostgreSQL advisory lock) dies with the process: a killed run never
+    blocks the next one."""
     corpus = copy_corpus(tmp_path / "corpus")
     store_dir = tmp_path / "store"
-    w = Worker(corpus, store_dir, tmp_path / "w.log", "--pause-at", "1")
+    w = Worker(corpus, store_dir, tmp_path / "w.log", "--pause-at", "1", *store_kind["flags"])
     w.wait_for("PAUSED")
-    store = ChunkStore(store_dir, embedder=shared_embedder())
+    store = ChunkStore(store_dir, embedder=shared_embedder(), **store_kind["kwargs"])
     from ingestion.errors import StoreLockedError
 
     with pytest.raises(StoreLockedError):

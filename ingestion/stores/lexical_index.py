@@ -8,11 +8,11 @@ Table ``chunks`` holds every chunk (text, metadata JSON, filter columns) in eith
   ranking: FTS5's ``bm25()`` (Robertson & Zaragoza, "The Probabilistic Relevance Framework:
   BM25 and Beyond", 2009; k1 = 1.2, b = 0.75).
 - PostgreSQL (:class:`PostgresLexicalIndex`): a stored ``tsvector`` column
-  (``to_tsvector('english', text)``, Snowball stemming) with a GIN index; ranking:
-  ``ts_rank_cd(tsv, query, 1)`` (cover density, divided by 1 + log of the chunk length), the
-  server's ranking closest to BM25: term frequency with length normalisation, but no IDF.
-  Retrieval quality on both is measured side by side (``copilot eval retrieval``; see the
-  README's shared-store section).
+  (``to_tsvector('english', text)``, Snowball stemming) with a GIN index; ranking: BM25's IDF
+  times the server's ``ts_rank`` (term frequency, divided by 1 + log of the chunk length) per
+  query word, summed — PostgreSQL ships no BM25, and ``ts_rank`` alone has no IDF, which let
+  common words outrank rare ones. Retrieval quality on both is measured side by side
+  (``copilot eval retrieval``; see the README's shared-store section).
 
 Queries are built from user text by :func:`fts_query`, never passed through: each
 whitespace-separated word becomes a quoted term, or a quoted phrase when it contains
@@ -224,24 +224,29 @@ class Fts5LexicalIndex(LexicalIndex):
 
 
 class PostgresLexicalIndex(LexicalIndex):
-    """PostgreSQL full-text search: the query's words OR-ed, each parsed as a phrase by the same
-    parser as the documents (so ``OPS-107`` and ``dc-pool-14`` match as written), ranked by
-    ``ts_rank_cd(tsv, query, 1)``; ties broken by chunk id so results are deterministic."""
+    """PostgreSQL full-text search ranked the BM25 way: Σ over the query's words of BM25's IDF
+    (``ln(1 + (N - df + 0.5) / (df + 0.5))``, df counted on the GIN index) times the server's
+    length-normalised term-frequency rank (``ts_rank(tsv, word, 1)``). Each word is parsed as a
+    phrase by the same parser as the documents (so ``OPS-107`` and ``dc-pool-14`` match as
+    written); ties are broken by chunk id so results are deterministic."""
 
     schema = POSTGRES_SCHEMA
 
     def search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[tuple[Chunk, float]]:
-        terms = [word for word, _ in query_words(query)]
-        if not terms or k <= 0:
+        words = [word for word, _ in query_words(query)]
+        if not words or k <= 0:
             return []
-        tsquery = " || ".join(["phraseto_tsquery('english', ?)"] * len(terms))
+        terms = ", ".join(["(phraseto_tsquery('english', ?))"] * len(words))
         where, params = _filter_sql(flt)
         rows = self.db.query(
-            f"WITH q AS (SELECT ({tsquery}) AS query) "
-            "SELECT c.chunk_id, c.doc_id, c.text, c.metadata_json, ts_rank_cd(c.tsv, q.query, 1) AS score "
-            f"FROM chunks c, q WHERE numnode(q.query) > 0 AND c.tsv @@ q.query{where} "
-            "ORDER BY score DESC, c.chunk_id LIMIT ?",
-            [*terms, *params, int(k)])
+            f"WITH terms(q) AS (VALUES {terms}), "
+            "n AS (SELECT COUNT(*) AS n FROM chunks), "
+            "idf AS (SELECT t.q, ln(1 + (n.n - d.df + 0.5) / (d.df + 0.5)) AS w FROM terms t, n, "
+            "LATERAL (SELECT COUNT(*) AS df FROM chunks WHERE tsv @@ t.q) d WHERE numnode(t.q) > 0) "
+            "SELECT c.chunk_id, c.doc_id, c.text, c.metadata_json, SUM(idf.w * ts_rank(c.tsv, idf.q, 1)) AS score "
+            f"FROM chunks c JOIN idf ON c.tsv @@ idf.q WHERE TRUE{where} "
+            "GROUP BY c.rowid ORDER BY score DESC, c.chunk_id LIMIT ?",
+            [*words, *params, int(k)])
         return [(_chunk_from_row(r), float(r[4])) for r in rows]
 
 
