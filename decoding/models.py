@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,7 +155,12 @@ def embedded_gguf_path() -> Path:
 
 
 def _embedded_safetensors_cache(cache_dir: Path) -> Path:
-    """Dequantize the embedded GGUF once and save it as safetensors; return the folder."""
+    """Dequantize the embedded GGUF once and save it as safetensors; return the folder.
+
+    Safe when several processes (replicas sharing a data dir) start at once: each converts into
+    a temp folder of its own and renames it into place; a process that finds the folder already
+    placed by another keeps that one.
+    """
     folder = cache_dir / "smollm2-135m-instruct"
     if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
         return folder
@@ -164,10 +171,18 @@ def _embedded_safetensors_cache(cache_dir: Path) -> Path:
     # The dequantized weights are plain fp32 tensors: drop the GGUF quantizer so they serialize.
     model.hf_quantizer = None
     model.config.__dict__.pop("quantization_config", None)
-    tmp = folder.with_name(folder.name + ".tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.replace(folder)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", suffix=".tmp", dir=cache_dir))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.replace(folder)
+        except OSError:  # another process placed it first (a non-empty folder is not replaced)
+            if not (folder / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m evals.load_test                     # starts `copilot serve` itself
     .venv/bin/python -m evals.load_test --url http://127.0.0.1:8000 --api-key KEY
+    .venv/bin/python -m evals.load_test --url http://127.0.0.1:8001,http://127.0.0.1:8002   # two replicas
 
 Phases, both bounded by a request count *and* a time limit:
 
@@ -9,12 +10,15 @@ Phases, both bounded by a request count *and* a time limit:
 2. concurrent (``--clients`` clients for ``--duration`` seconds, at most ``--max-requests``):
    each client streams ``/v1/chat/completions`` through the official ``openai`` client
    (which parses the SSE stream), measures TTFT (first content token) and end-to-end
-   latency, and on a 503 waits the Retry-After it was given.
+   latency, and on a 503 waits the Retry-After it was given. With several ``--url``\ s
+   (replicas of one store), client n talks to replica n mod N, as a round-robin load
+   balancer would spread connections.
 
 Reported: 5xx other than 503 (goal: 0), 503s and whether each had Retry-After, p50/p95
 latency and TTFT, throughput, and API overhead = end-to-end − decoding time
 (``stats.total_ms``), both raw and without the time spent waiting in the generation queue
-(``stats.queue_ms``; with one model and 8 clients, most of the raw figure is queueing).
+(``stats.queue_ms``; with one model and 8 clients, most of the raw figure is queueing),
+and answers per minute over the concurrent phase.
 A self-started server gets ``--queue-size`` (default 4 < 8 clients, so the full-queue path
 is exercised). Results go to ``--out`` (JSON) and the log.
 """
@@ -63,7 +67,7 @@ class Sample:
 class Report:
     """What :func:`run` measured (JSON-serialisable with ``asdict``)."""
 
-    url: str
+    url: str  # comma-separated when several replicas were loaded
     clients: int
     duration_s: float
     max_new_tokens: int
@@ -107,14 +111,17 @@ async def one_request(client: openai.AsyncOpenAI, model: str, question: str, max
                   int(stats.get("new_tokens", 0)))
 
 
-async def load(url: str, api_key: str, model: str, questions: list[str],
+async def load(urls: list[str], api_key: str, model: str, questions: list[str],
                args: argparse.Namespace) -> tuple[list[Sample], float]:
-    """Run the sequential then the concurrent phase against ``url``; returns the samples and the
-    concurrent phase's wall time (s)."""
+    """Run the sequential phase against the first of ``urls``, then the concurrent phase with
+    client n on ``urls[n % len(urls)]``; returns the samples and the concurrent phase's wall time (s)."""
     samples: list[Sample] = []
     limits = httpx.Limits(max_connections=args.clients + 2)
-    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key=api_key, max_retries=0,
-                                  http_client=httpx.AsyncClient(limits=limits, timeout=args.request_timeout)) as client:
+    replicas = [openai.AsyncOpenAI(base_url=url + "/v1", api_key=api_key, max_retries=0,
+                                   http_client=httpx.AsyncClient(limits=limits, timeout=args.request_timeout))
+                for url in urls]
+    try:
+        client = replicas[0]
         for i in range(args.sequential):
             samples.append(await one_request(client, model, questions[i % len(questions)], args.max_new_tokens,
                                              args.top_k, "sequential", args.request_timeout))
@@ -127,9 +134,10 @@ async def load(url: str, api_key: str, model: str, questions: list[str],
             order = questions[:]
             rng.shuffle(order)
             i = n
+            mine = replicas[n % len(replicas)]
             while time.monotonic() < deadline and budget["left"] > 0:
                 budget["left"] -= 1
-                sample = await one_request(client, model, order[i % len(order)], args.max_new_tokens, args.top_k,
+                sample = await one_request(mine, model, order[i % len(order)], args.max_new_tokens, args.top_k,
                                            "concurrent", args.request_timeout)
                 samples.append(sample)
                 i += 1
@@ -146,6 +154,9 @@ async def load(url: str, api_key: str, model: str, questions: list[str],
             task.cancel()
         wall = time.monotonic() - started
         log.info("concurrent phase: %d requests in %.1f s", sum(s.phase == "concurrent" for s in samples), wall)
+    finally:
+        for replica in replicas:
+            await replica.close()
     return samples, wall
 
 
@@ -179,6 +190,7 @@ def summarise(samples: list[Sample], wall_s: float) -> dict:
         }
     conc = [s for s in samples if s.phase == "concurrent" and s.status == 200]
     out["concurrent"]["throughput_req_s"] = round(len(conc) / wall_s, 3) if wall_s else None
+    out["concurrent"]["answers_per_min"] = round(60 * len(conc) / wall_s, 1) if wall_s else None
     out["concurrent"]["throughput_tokens_s"] = round(sum(s.new_tokens for s in conc) / wall_s, 1) if wall_s else None
     all_5xx = sum(s.status >= 500 and s.status != 503 for s in samples)
     bad_503 = sum(s.status == 503 and not s.retry_after for s in samples)
@@ -230,7 +242,8 @@ class ServerProcess:
 def main(argv: list[str] | None = None) -> int:
     """Run the load test; exit status 1 when a check failed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", help="a running server (default: start `copilot serve` on a free port)")
+    parser.add_argument("--url", help="a running server, or several replicas of one store comma-separated "
+                        "(default: start `copilot serve` on a free port)")
     parser.add_argument("--api-key", default=os.environ.get("COPILOT_LOAD_API_KEY", "none"))
     parser.add_argument("--model", default="opscopilot")
     parser.add_argument("--clients", type=int, default=8)
@@ -267,8 +280,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         url = server.url
     try:
-        samples, conc_wall = asyncio.run(load(url, args.api_key, args.model, questions, args))
-        metrics = httpx.get(url + "/metrics", timeout=10).text if server else None
+        urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+        samples, conc_wall = asyncio.run(load(urls, args.api_key, args.model, questions, args))
+        metrics = httpx.get(urls[0] + "/metrics", timeout=10).text if server else None
     finally:
         if server is not None:
             server.stop()

@@ -220,6 +220,9 @@ def mask_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
 
 
+_DDL_LOCK = "SELECT pg_advisory_xact_lock(hashtext('opscopilot-ddl'))"
+
+
 class PostgresDatabase(Database):
     """A PostgreSQL schema reached through a ``psycopg_pool.ConnectionPool``.
 
@@ -244,11 +247,11 @@ class PostgresDatabase(Database):
         self._local = threading.local()
 
         def configure(conn: Any) -> None:
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             conn.execute(f'SET search_path TO "{schema}", public')
 
         try:
-            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn, conn.transaction():
+                conn.execute(_DDL_LOCK)
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             self.pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=True, configure=configure,
                                        kwargs={"autocommit": True, "connect_timeout": 10},
@@ -259,8 +262,9 @@ class PostgresDatabase(Database):
 
     @staticmethod
     def _sql(sql: str) -> str:
-        """qmark → psycopg's format style (no ``%`` or ``?`` appears in our SQL otherwise)."""
-        return sql.replace("?", "%s")
+        """qmark → psycopg's format style: a literal ``%`` is doubled, each ``?`` becomes ``%s``
+        (our SQL has no ``?`` but placeholders; values always travel as parameters)."""
+        return sql.replace("%", "%%").replace("?", "%s")
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
@@ -287,7 +291,10 @@ class PostgresDatabase(Database):
             cur.executemany(self._sql(sql), rows)
 
     def executescript(self, script: str) -> None:
-        with self._connection() as conn:
+        """Run DDL under a transaction-scoped advisory lock: ``CREATE ... IF NOT EXISTS`` is not safe
+        against another replica creating the same object at the same moment."""
+        with self.transaction(), self._connection() as conn:
+            conn.execute(_DDL_LOCK)
             conn.execute(script)
 
     @contextlib.contextmanager

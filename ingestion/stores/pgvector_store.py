@@ -77,7 +77,7 @@ class PgVectorStore:
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db
         try:
-            db.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
+            db.executescript("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
         except Exception as exc:
             raise StoreError(f"PostgreSQL at {db.location} has no pgvector extension ({exc}); install pgvector "
                              "there, or keep the dense index in a Chroma server (COPILOT_CHROMA_URL)") from exc
