@@ -124,7 +124,6 @@ class ChunkStore:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder or Embedder()
         self.collection_name = collection
-        self.chroma_url = chroma_url
         self._max_chunk_tokens = max_chunk_tokens
         self._chunker: Chunker | None = None
         self._lock = threading.RLock()  # one writer (apply, recover, delete) at a time

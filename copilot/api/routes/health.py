@@ -22,7 +22,7 @@ async def healthz() -> HealthResponse:
 
 @router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
 async def readyz(service: CopilotService = Depends(get_service)):
-    """Model loaded and store reachable (SQLite and Chroma answer); 503 otherwise."""
+    """Model loaded and store reachable (its database and dense index answer); 503 otherwise."""
     model_loaded = service.engine is not None
 
     def probe() -> int:
