@@ -17,7 +17,7 @@ from pydantic_settings import SettingsError
 from rich.console import Console
 
 from copilot.config import Settings
-from ingestion.report import EXIT_CODES_HELP, EXIT_USAGE
+from ingestion.report import EXIT_CODES_HELP, EXIT_STORE, EXIT_USAGE
 
 app = typer.Typer(help="OpsCopilot: answers over operations logbooks and tickets, with citations.",
                   epilog=EXIT_CODES_HELP + " Other commands: 0 success, 1 failure (e.g. no such document), "
@@ -52,9 +52,16 @@ def _settings() -> Settings:
 
 
 def _store(settings: Settings):
+    """The store the settings describe; an unusable one (unreachable server, bad URL, another
+    embedding model) exits with status 4 and the reason."""
+    from ingestion.errors import StoreError
     from ingestion.store import open_store
 
-    return open_store(settings)
+    try:
+        return open_store(settings)
+    except StoreError as exc:
+        err.print(f"store unusable: {exc}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_STORE) from exc
 
 
 @app.callback()

@@ -146,3 +146,17 @@ def test_bad_database_urls_are_clear_errors(tmp_path):
     assert time.monotonic() - started < 30
     masked = Settings(database_url="postgresql://ops:secret@db:5432/ops").masked()
     assert masked["database_url"] == "postgresql://ops:***@db:5432/ops"
+
+
+def test_cli_says_why_the_shared_store_is_unusable(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from copilot.cli import app
+
+    monkeypatch.setenv("COPILOT_DATA_DIR", str(tmp_path))
+    for url, reason in (("mysql://ops:secret@db/ops", "unsupported database URL"),
+                        ("postgresql://ops:secret@127.0.0.1:1/ops", "cannot open PostgreSQL")):
+        monkeypatch.setenv("COPILOT_DATABASE_URL", url)
+        result = CliRunner().invoke(app, ["documents", "list"])
+        assert result.exit_code == 4, result.output
+        assert "store unusable:" in result.output and reason in result.output and "secret" not in result.output
