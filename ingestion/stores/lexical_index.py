@@ -122,7 +122,10 @@ def _chunk_from_row(row: Sequence[Any]) -> Chunk:
     return Chunk(chunk_id=chunk_id, doc_id=doc_id, text=text, metadata=json.loads(metadata_json))
 
 
-def _filter_sql(flt: SearchFilter | None) -> tuple[str, list[Any]]:
+def filter_sql(flt: SearchFilter | None) -> tuple[str, list[Any]]:
+    """A :class:`SearchFilter` as SQL conditions on the filter columns (doc_type, source, key,
+    created_ts) of the table aliased ``c``: ``(" AND c.doc_type IN (?,?) ...", params)``, or
+    ``("", [])`` for no filter. Shared by the lexical index and the pgvector table."""
     if flt is None:
         return "", []
     clauses: list[str] = []
@@ -214,7 +217,7 @@ class Fts5LexicalIndex(LexicalIndex):
         match = fts_query(query)
         if match is None or k <= 0:
             return []
-        where, params = _filter_sql(flt)
+        where, params = filter_sql(flt)
         rows = self.db.query(
             "SELECT c.chunk_id, c.doc_id, c.text, c.metadata_json, bm25(chunks_fts) AS rank "
             "FROM chunks_fts JOIN chunks c ON c.rowid = chunks_fts.rowid "
@@ -237,7 +240,7 @@ class PostgresLexicalIndex(LexicalIndex):
         if not words or k <= 0:
             return []
         terms = ", ".join(["(phraseto_tsquery('english', ?))"] * len(words))
-        where, params = _filter_sql(flt)
+        where, params = filter_sql(flt)
         rows = self.db.query(
             f"WITH terms(q) AS (VALUES {terms}), "
             "n AS (SELECT COUNT(*) AS n FROM chunks), "

@@ -25,6 +25,7 @@ from ingestion.documents import SearchFilter
 from ingestion.errors import StoreError
 from ingestion.stores.database import PostgresDatabase
 from ingestion.stores.dense import DenseHit
+from ingestion.stores.lexical_index import filter_sql
 
 log = logging.getLogger(__name__)
 
@@ -36,29 +37,6 @@ EF_SEARCH_MIN = 64
 def _vector_literal(vector: np.ndarray | Sequence[float]) -> str:
     """pgvector's text form ``[0.1,0.2,...]`` (cast with ``::vector`` in SQL)."""
     return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32).ravel()) + "]"
-
-
-def _filter_sql(flt: SearchFilter | None) -> tuple[str, list[Any]]:
-    if flt is None:
-        return "", []
-    clauses: list[str] = []
-    params: list[Any] = []
-    if flt.doc_types:
-        clauses.append(f"doc_type IN ({','.join('?' * len(flt.doc_types))})")
-        params.extend(flt.doc_types)
-    if flt.source is not None:
-        clauses.append("source = ?")
-        params.append(flt.source)
-    if flt.ticket_key is not None:
-        clauses.append("key = ?")
-        params.append(flt.ticket_key)
-    if flt.since_ts is not None:
-        clauses.append("created_ts >= ?")
-        params.append(int(flt.since_ts))
-    if flt.until_ts is not None:
-        clauses.append("created_ts <= ?")
-        params.append(int(flt.until_ts))
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
 class PgVectorStore:
@@ -138,15 +116,15 @@ class PgVectorStore:
         """The ``k`` nearest chunks by cosine similarity (exact when filtered, HNSW otherwise), best first."""
         if k <= 0 or self._refresh_dim() is None:
             return []
-        where, params = _filter_sql(flt)
+        where, params = filter_sql(flt)
         with self.db.transaction():
             if where:
                 self.db.execute("SET LOCAL enable_indexscan = off")
             else:
                 self.db.execute(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH_MIN, 2 * int(k))}")
             rows = self.db.query(
-                f"SELECT chunk_id, 1 - (embedding <=> ?::vector), text, metadata_json FROM {TABLE}{where} "
-                "ORDER BY embedding <=> ?::vector, chunk_id LIMIT ?",
+                f"SELECT chunk_id, 1 - (embedding <=> ?::vector), text, metadata_json FROM {TABLE} c "
+                f"WHERE TRUE{where} ORDER BY embedding <=> ?::vector, chunk_id LIMIT ?",
                 [_vector_literal(embedding), *params, _vector_literal(embedding), int(k)])
         return [DenseHit(r[0], float(r[1]), r[2], json.loads(r[3])) for r in rows]
 
