@@ -28,6 +28,7 @@ import torch
 from decoding.calibration import calibrate
 from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer
+from decoding.few_token_linear import few_token_passes
 from decoding.draft_model_drafter import DraftModelDrafter, check_compatible
 from decoding.drafter import Draft, Drafter, DraftRequest, Offer, join_drafts
 from decoding.kv_cache import PreallocatedCache, crop_cache
@@ -93,9 +94,14 @@ def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: PreallocatedCa
 
 
 def target_pass(model: torch.nn.Module, tokens: list[int], cache: PreallocatedCache) -> torch.Tensor:
-    """One verification pass over ``tokens`` (last committed + draft): logits ``(len(tokens), vocab)``."""
+    """One verification pass over ``tokens`` (last committed + draft): logits ``(len(tokens), vocab)``.
+
+    Runs under :func:`~decoding.few_token_linear.few_token_passes`, so a few-token pass
+    costs about one decode step on CPU.
+    """
     x = torch.tensor([tokens], device=next(model.parameters()).device)
-    return model(input_ids=x, cache=cache, use_cache=True).logits[0]
+    with few_token_passes():
+        return model(input_ids=x, cache=cache, use_cache=True).logits[0]
 
 
 def _delta(detok: IncrementalDetokenizer, stop: StopChecker) -> str:

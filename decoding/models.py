@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.attention import use_gqa_attention
+from decoding.few_token_linear import use_few_token_linear
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,9 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
 
     Returns:
         A :class:`LoadedModel` in eval mode; a grouped-query SDPA model on CPU gets
-        :data:`decoding.attention.GQA_SDPA` (same outputs, cheaper verification).
+        :data:`decoding.attention.GQA_SDPA` (same outputs, cheaper verification) and its
+        fp32 CPU linears the :mod:`decoding.few_token_linear` forward (cheaper few-token
+        passes inside :func:`~decoding.few_token_linear.few_token_passes` only).
 
     Raises:
         ModelLoadError: the model cannot be found or loaded (the message names it).
@@ -231,6 +234,7 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
         raise ModelLoadError(f"cannot load model {name_or_path!r} (from {source!r}): {exc}") from exc
     model.to(dev).eval()
     use_gqa_attention(model)
+    use_few_token_linear(model)
     loaded = LoadedModel(model=model, tokenizer=tokenizer, name=name_or_path)
     log.info("loaded %s on %s (%s); checkpoint generation settings: %s", name_or_path, dev, torch_dtype,
              loaded.generation_defaults or "none")
