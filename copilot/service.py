@@ -17,7 +17,7 @@ from copilot.prompting import (NO_CONTEXT_ANSWER, PROMPT_STYLES, BuiltPrompt, Ch
 from copilot.retrieval import HybridRetriever
 from copilot.sources import Source, group_by_document, with_highlights
 from decoding import GenerationConfig, SpeculativeEngine
-from decoding.derived_draft import DERIVED_PREFIX, derive_draft
+from decoding.derived_draft import AUTO_DRAFT, DERIVED_PREFIX, LEAN_DRAFT, derive_draft
 from decoding.engine import GenerationResult
 from decoding.logits import effective_settings
 from decoding.stats import GenerationStats
@@ -108,10 +108,6 @@ class AnswerAssembler:
         return Answer(self.text, prompt.sources, stats, reason, cited_numbers(self.text), self.invalid_citations)
 
 
-#: ``COPILOT_DRAFT_MODEL`` value that lets the service pick the draft model (see :func:`auto_draft_plan`).
-AUTO_DRAFT = "auto"
-#: The lean packed-int4 draft (:mod:`decoding.lean_draft`), calibrated when it is built.
-LEAN_DRAFT = "derived:int4"
 
 
 def auto_draft_plan(settings: Settings) -> str | None:

@@ -34,6 +34,11 @@ from decoding.models import LoadedModel
 from decoding.quiet import quiet_torchao
 
 DERIVED_PREFIX = "derived:"
+#: The draft-model setting that lets the service pick the draft model (the lean int4 draft on
+#: CPU when its calibration pays, else none).
+AUTO_DRAFT = "auto"
+#: The lean packed-int4 draft (:mod:`decoding.lean_draft`), calibrated when it is built.
+LEAN_DRAFT = "derived:int4"
 
 
 def derive_draft(target: LoadedModel, spec: str, cache_dir: str | Path | None = None) -> LoadedModel:

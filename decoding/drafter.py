@@ -137,6 +137,8 @@ class Offer:
         description: the state in words, for switch reasons.
         step_ms: cost of drafting one token (ms; 0 for a lookup); ``None`` = not measured,
             so the policy never picks it (a fixed-γ request still can).
+        setup_ms: cost spent once before the first drafted token (ms), e.g. a draft model
+            feeding the tokens its KV cache lacks (the span drafted before it this round).
     """
 
     drafter: str
@@ -144,6 +146,7 @@ class Offer:
     state: tuple[str, ...] = ()
     description: str = ""
     step_ms: float | None = 0.0
+    setup_ms: float = 0.0
 
 
 class Drafter(Protocol):

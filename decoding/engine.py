@@ -25,7 +25,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from decoding.calibration import calibrate
+from decoding.calibration import calibrate, measure_draft_feed_ms
 from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer
 from decoding.few_token_linear import few_token_passes
@@ -191,7 +191,8 @@ class SpeculativeEngine:
             drafters = [NGramDrafter(max_ngram, min_ngram, history=self.history)]
             if draft is not None:
                 drafters.append(DraftModelDrafter(draft, target, draft_min_confidence,
-                                                  step_ms=self.costs.draft_step_ms))
+                                                  step_ms=self.costs.draft_step_ms,
+                                                  feed_ms=self.costs.draft_feed_ms))
         self.drafters: list[Drafter] = list(drafters)
         names = [d.name for d in self.drafters]
         if len(set(names)) != len(names):
@@ -207,7 +208,7 @@ class SpeculativeEngine:
                  self.costs.draft_step_ms)
 
     def attach_draft(self, draft: LoadedModel, step_ms: float, min_confidence: float = 0.2,
-                     agreement: float | None = None) -> None:
+                     agreement: float | None = None, feed_ms: Sequence[float] | None = None) -> None:
         """Add (or replace) the draft model after start-up — a draft built in the background
         while the engine served with its other drafters. Takes effect from the next request.
 
@@ -217,14 +218,18 @@ class SpeculativeEngine:
             agreement: its measured top-1 agreement with the target in [0, 1]; the policy
                 starts the draft model's states from it (else from the generic prior,
                 under which a draft that is not much cheaper than a target pass is never tried).
+            feed_ms: its forward cost over 1..n tokens (ms); ``None`` measures it now (~2 s,
+                :func:`~decoding.calibration.measure_draft_feed_ms`).
         Raises:
             VocabularyMismatchError: the draft's vocabulary differs (both are named).
         """
         check_compatible(self.target, draft)
-        drafter = DraftModelDrafter(draft, self.target, min_confidence, step_ms=step_ms)
+        if feed_ms is None:
+            feed_ms = measure_draft_feed_ms(draft.model, len(self.costs.verify_ms))
+        drafter = DraftModelDrafter(draft, self.target, min_confidence, step_ms=step_ms, feed_ms=feed_ms)
         with self._lock:
             self.draft = draft
-            self.costs = CostModel(self.costs.verify_ms, step_ms)
+            self.costs = CostModel(self.costs.verify_ms, step_ms, tuple(feed_ms))
             self.drafters = [d for d in self.drafters if d.name != drafter.name] + [drafter]
             if agreement is not None:
                 self.acceptance.set_prior(drafter.name, agreement, agreement)

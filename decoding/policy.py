@@ -14,8 +14,8 @@ acceptance rates:
 
 A round that drafts γ tokens then commits E(γ) = 1 + α₁ (1 - αₙ^γ) / (1 - αₙ) tokens
 in expectation (the bonus token included; with α₁ = αₙ = α this is Leviathan et al.
-2023, eq. 1) and costs one target pass over γ + 1 tokens plus γ drafting steps, from
-the hardware's calibrated :class:`CostModel`. A *chained* round — a copied span that
+2023, eq. 1) and costs one target pass over γ + 1 tokens plus γ drafting steps (and a drafter's
+one-off ``setup_ms``), from the hardware's calibrated :class:`CostModel`. A *chained* round — a copied span that
 runs out before γ, extended by another drafter — sums the same series over both
 segments (the extension is reached only when the whole span is accepted). The policy
 picks the plan with the highest E / cost, and decodes plainly when nothing beats one
@@ -46,14 +46,17 @@ class CostModel:
         verify_ms: ``verify_ms[n - 1]`` is one target forward over n new tokens.
         draft_step_ms: one draft-model step over 1 token (``None`` = no draft model);
             the engine hands it to its draft-model drafter as the offers' ``step_ms``.
+        draft_feed_ms: ``draft_feed_ms[n - 1]`` is one draft-model forward over n tokens
+            (empty = not measured); prices what the draft must feed before drafting.
     """
 
     verify_ms: tuple[float, ...]
     draft_step_ms: float | None = None
+    draft_feed_ms: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         """Raises ValueError: an empty table, or a cost that is not a finite positive number."""
-        costs = [*self.verify_ms, *([] if self.draft_step_ms is None else [self.draft_step_ms])]
+        costs = [*self.verify_ms, *self.draft_feed_ms, *([] if self.draft_step_ms is None else [self.draft_step_ms])]
         if not self.verify_ms or not all(math.isfinite(c) and c > 0 for c in costs):
             raise ValueError(f"costs must be finite positive ms with at least one verify cost, got {self}")
 
@@ -250,7 +253,7 @@ class DrafterPolicy:
             for j in range(s.tokens):
                 reach *= a1 if j == 0 else an
                 expected += reach
-            cost += s.tokens * (s.offer.step_ms or 0.0)
+            cost += s.tokens * (s.offer.step_ms or 0.0) + (s.offer.setup_ms if s.tokens else 0.0)
         return expected / cost
 
     def _best(self, chain: Sequence[Offer], gamma_max: int) -> tuple[float, tuple[Segment, ...]] | None:

@@ -142,7 +142,8 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
                 None, min=1, help=f"default {FULL_TOKENS['latency']} ({QUICK_TOKENS} quick)"),
             repeats: int = typer.Option(1, min=1, help="timed runs per question and mode"),
             modes: Optional[str] = typer.Option(
-                None, help="comma-separated modes (default: the anchors and our policy; add ours_off, ours_ngram)"),
+                None, help="comma-separated modes (default: the anchors and our policy; add ours_off, ours_ngram, "
+                           "or hf_pld_5_fk / hf_pld_10_fk: prompt lookup with our verification kernels)"),
             draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
             loop_span: Optional[int] = _loop_span_opt, cases_file: Optional[Path] = _cases_opt,
             device: str = _device_opt, dtype: str = _dtype_opt) -> None:
@@ -152,14 +153,15 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
     from evals.latency import run_latency
     from evals.report import latency_markdown, latency_plots
 
-    from evals.latency import DRAFT_MODEL_MODES, HF_MODES, OUR_MODES
+    from evals.latency import DRAFT_MODEL_MODES, HF_MODES, KERNEL_MATCHED_MODES, OUR_MODES
 
     mode_list = list(dict.fromkeys(m.strip() for m in modes.split(",") if m.strip())) if modes is not None else None
     if mode_list == []:
         raise typer.BadParameter("no modes given", param_hint="--modes")
-    unknown = [m for m in mode_list or [] if m not in (*HF_MODES, *OUR_MODES)]
+    known = (*HF_MODES, *KERNEL_MATCHED_MODES, *OUR_MODES)
+    unknown = [m for m in mode_list or [] if m not in known]
     if unknown:
-        raise typer.BadParameter(f"unknown modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}",
+        raise typer.BadParameter(f"unknown modes {unknown}; known: {', '.join(known)}",
                                  param_hint="--modes")
     needs_draft = [m for m in mode_list or [] if m in DRAFT_MODEL_MODES]
     if needs_draft and not (draft_model if draft_model is not None else _configured_draft(cases_file)):

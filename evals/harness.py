@@ -113,24 +113,37 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
     """The engine for replaying saved cases: the target named in the cases file (``meta``
     from :func:`load_cases`) on ``device``/``dtype``, with no store.
 
+    The draft model is set up as the service sets it up: ``derived:int4`` (or ``auto`` on
+    CPU) is built and calibrated by :class:`~decoding.lean_draft.LeanDraftLoader` and
+    attached with its measured step cost and agreement (the policy's prior); ``auto``
+    attaches it only when the calibration pays. Other specs are loaded as models.
+
     Args:
         draft_model: a draft model id/path or ``derived:...`` spec (default: the file's).
         model_dir: where the embedded model is dequantized and cached.
     Raises:
         decoding.models.ModelLoadError: the target or draft cannot be loaded.
     """
-    from decoding.derived_draft import DERIVED_PREFIX, derive_draft
+    from decoding.derived_draft import AUTO_DRAFT, DERIVED_PREFIX, LEAN_DRAFT, derive_draft
+    from decoding.lean_draft import LeanDraftLoader
     from decoding.models import load_model
 
     target = load_model(meta["target_model"], device=device, dtype=dtype, cache_dir=model_dir)
     spec = draft_model if draft_model is not None else meta.get("draft_model")
-    if spec == "auto":  # as the service decides it (copilot.service.auto_draft_plan), built synchronously
-        spec = "derived:int4" if target.device.type == "cpu" else None
-    draft = None
-    if spec:
-        draft = (derive_draft(target, spec) if spec.startswith(DERIVED_PREFIX)
-                 else load_model(spec, device=device, dtype=dtype, cache_dir=model_dir))
-    engine = SpeculativeEngine(target, draft)
+    if spec in (AUTO_DRAFT, LEAN_DRAFT):
+        engine = SpeculativeEngine(target)
+        if spec == LEAN_DRAFT or target.device.type == "cpu":
+            loader = LeanDraftLoader(target, model_dir, require_pay=spec == AUTO_DRAFT).start()
+            if loader.wait() and loader.calibration is not None:
+                engine.attach_draft(loader.draft, loader.calibration.draft_ms,
+                                    agreement=loader.calibration.agreement)
+            log.info("draft model (%s): %s", spec, loader.reason)
+    else:
+        draft = None
+        if spec:
+            draft = (derive_draft(target, spec) if spec.startswith(DERIVED_PREFIX)
+                     else load_model(spec, device=device, dtype=dtype, cache_dir=model_dir))
+        engine = SpeculativeEngine(target, draft)
     return EvalSetup(None, None, None, replay_engine=engine, loop_span=int(meta.get("loop_span", 0)))
 
 

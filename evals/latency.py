@@ -16,6 +16,12 @@ Leviathan et al. 2023 as transformers implements it; it cannot use a compiled dr
 part of the comparison). The draft-model modes run only when a draft model is configured;
 otherwise the report lists them under ``skipped`` with the reason.
 
+Kernel-matched anchors (opt-in, ``--modes``): ``hf_pld_5_fk`` / ``hf_pld_10_fk`` run
+transformers' prompt lookup with our few-token verification linears
+(:mod:`decoding.few_token_linear`) switched on, so the report separates what the cheaper
+verification kernel buys from what the drafting policy buys. The goals' "best prompt
+lookup" is transformers' own (``hf_pld_3/5/10``).
+
 Per mode the report also shows who produced the tokens the user gets (``token_share``): for
 our modes each drafter's accepted tokens and the target's own (first token, corrections,
 bonus tokens), from the engine's stats; for the anchors the target's share is one token per
@@ -24,6 +30,7 @@ forward pass (prefill included) and the rest is the drafter's (prompt lookup, as
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import resource
 import statistics
@@ -35,6 +42,7 @@ from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
+from decoding.few_token_linear import few_token_passes
 from decoding.stopping import LoopDetector, apply_stops
 from evals.exactness import budget_for, stop_checker
 from evals.harness import Case, plain_greedy_kwargs
@@ -42,12 +50,13 @@ from evals.harness import Case, plain_greedy_kwargs
 log = logging.getLogger(__name__)
 
 HF_MODES = ("hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "hf_assisted")
+KERNEL_MATCHED_MODES = ("hf_pld_5_fk", "hf_pld_10_fk")  # opt-in: see the module docstring
 OUR_MODES = ("ours_off", "ours_ngram", "ours_draft_model", "ours_auto")
 DRAFT_MODEL_MODES = ("hf_assisted", "ours_draft_model")  # need a draft model
 NO_DRAFT_REASON = "no draft model is configured (set COPILOT_DRAFT_MODEL or pass --draft-model)"
 # Who proposed the anchors' accepted tokens (the rest, one per forward pass, are the target's).
 HF_DRAFTERS = {"hf_pld_3": "prompt_lookup", "hf_pld_5": "prompt_lookup", "hf_pld_10": "prompt_lookup",
-               "hf_assisted": "assistant"}
+               "hf_pld_5_fk": "prompt_lookup", "hf_pld_10_fk": "prompt_lookup", "hf_assisted": "assistant"}
 
 
 @dataclass
@@ -156,11 +165,14 @@ def _itl(start: float, events: list[tuple[float, int]]) -> list[float]:
 
 @torch.inference_mode()
 def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int, loop_span: int = 0) -> Run:
-    """transformers ``generate``: greedy, prompt lookup (N = 3/5/10) or assisted, with the
-    loop stop (:class:`LoopStop`) when ``loop_span`` > 0."""
+    """transformers ``generate``: greedy, prompt lookup (N = 3/5/10; ``_fk``: with our
+    few-token verification linears) or assisted, with the loop stop (:class:`LoopStop`) when
+    ``loop_span`` > 0."""
     target = engine.target
     x = torch.tensor([case.prompt_ids], device=target.device)
-    lookup = dict(prompt_lookup_num_tokens=int(mode.rsplit("_", 1)[1])) if mode.startswith("hf_pld_") else {}
+    kernels = mode.endswith("_fk")
+    base = mode.removesuffix("_fk")
+    lookup = dict(prompt_lookup_num_tokens=int(base.rsplit("_", 1)[1])) if base.startswith("hf_pld_") else {}
     budget = budget_for(engine, case.prompt_ids, max_new_tokens)
     kwargs = plain_greedy_kwargs(engine, x, budget, **lookup)
     if mode == "hf_assisted":
@@ -171,7 +183,8 @@ def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int
     counter = _PassCounter(target.model)
     try:
         t0 = time.perf_counter()
-        out = target.model.generate(x, streamer=streamer, **kwargs)
+        with few_token_passes() if kernels else contextlib.nullcontext():
+            out = target.model.generate(x, streamer=streamer, **kwargs)
         total = (time.perf_counter() - t0) * 1000
     finally:
         counter.remove()
@@ -306,9 +319,10 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
     modes = modes or latency_modes(engine)
     if "hf_greedy" not in modes:
         modes = ["hf_greedy"] + modes
-    unknown = [m for m in modes if m not in (*HF_MODES, *OUR_MODES)]
+    known = (*HF_MODES, *KERNEL_MATCHED_MODES, *OUR_MODES)
+    unknown = [m for m in modes if m not in known]
     if unknown:
-        raise ValueError(f"unknown latency modes {unknown}; known: {', '.join((*HF_MODES, *OUR_MODES))}")
+        raise ValueError(f"unknown latency modes {unknown}; known: {', '.join(known)}")
     if engine.draft is None and any(m in DRAFT_MODEL_MODES for m in modes):
         raise ValueError(f"modes {[m for m in modes if m in DRAFT_MODEL_MODES]} need a draft model; none is loaded")
     if "hf_assisted" in modes and "hf_assisted" in skipped_modes(engine):

@@ -329,6 +329,46 @@ def test_draft_model_drafter_stays_in_sync(tiny_models, small, draft_name):
         assert drafter.propose(4).tokens == fresh.propose(4).tokens
 
 
+def test_draft_model_copies_verified_kv_from_the_target_and_prices_what_it_feeds(tiny_models, small, monkeypatch):
+    """A draft with the target's KV layout takes the K/V of every position the target has
+    verified from the target's cache: after rounds another drafter drafted it feeds only the
+    newest committed token (plus the round's earlier span), and its offer prices that feed."""
+    draft = tiny_models.load("small")  # the target itself: the copied K/V are its own
+    feed = (10.0, 13.0, 15.0, 17.0, 30.0, 40.0)
+    drafter = DraftModelDrafter(draft, small, min_confidence=0.0, step_ms=10.0, feed_ms=feed)
+    prompt = prompt_of(small)
+    target_cache = PreallocatedCache(len(prompt) + 32)
+    with torch.inference_mode():
+        small.model(input_ids=torch.tensor([prompt]), cache=target_cache, use_cache=True)
+    drafter.begin(DraftRequest(prompt, [], target_cache))
+    fed = []
+    forward = drafter._forward
+    monkeypatch.setattr(drafter, "_forward", lambda ids: fed.append(list(ids)) or forward(ids))
+    first = tiny_models.greedy("small", prompt, 1)
+    drafter.observe(first)  # the prefill's token: not yet in the target's cache
+    assert drafter.offer(4).setup_ms == 0.0 and drafter.offer(4, after=[5, 6]).setup_ms == 15.0 - 10.0
+    assert drafter.propose(3).tokens == tiny_models.greedy("small", prompt + first, 3)
+    assert fed[0] == first  # the whole prompt came from the target's cache
+    # Another drafter's round: 5 tokens committed, the target's cache verified all but the newest.
+    committed = prompt + first
+    new = tiny_models.greedy("small", committed, 5)
+    with torch.inference_mode():
+        small.model(input_ids=torch.tensor([[committed[-1]] + new[:-1]]), cache=target_cache, use_cache=True)
+    drafter.observe(new)
+    committed += new
+    assert drafter.offer(4).setup_ms == 0.0  # nothing to feed but the newest token
+    fed.clear()
+    assert drafter.propose(4, after=[7, 8]).tokens == tiny_models.greedy("small", committed + [7, 8], 4)
+    assert fed[0] == [new[-1], 7, 8]
+    # Without the target's cache the lacking committed tokens are fed, and priced.
+    alone = DraftModelDrafter(draft, small, min_confidence=0.0, step_ms=10.0, feed_ms=feed,
+                              share_target_prefill=False)
+    alone.begin(DraftRequest(prompt, [], None))
+    alone.observe(first)
+    n = len(prompt) + 1
+    assert alone.offer(4).setup_ms == pytest.approx(40.0 * n / len(feed) - 10.0)
+
+
 def test_draft_model_stops_below_min_confidence(tiny_models, small):
     draft = tiny_models.load("small_trunc")
     prompt = prompt_of(small)

@@ -345,3 +345,15 @@ def test_stats_record_round():
     assert s.drafters["draft_model"].accepted == 2 and s.produced["target"] == 5
     s.truncate(10)  # a loop stop cut the output to 10 tokens
     assert sum(s.produced.values()) == 10 and s.token_share["target"] == pytest.approx(0.4)
+
+
+def test_a_drafter_setup_cost_is_priced_once_per_round():
+    """A draft model that must first feed tokens (Offer.setup_ms) is chosen only while that
+    feed still pays; the same offer without it is chosen."""
+    policy = DrafterPolicy(CPU_COSTS)
+    policy.table.set_prior("draft_model", 0.95, 0.95)
+    cheap = Offer("draft_model", 8, (), "draft model", 8.0)
+    costly = Offer("draft_model", 8, (), "draft model", 8.0, setup_ms=500.0)
+    assert policy.choose([[cheap]], 8).drafter == "draft_model"
+    assert policy.choose([[costly]], 8).drafter is None
+    assert policy._rate([Segment(cheap, 3, ("draft_model", ""))]) > policy._rate([Segment(costly, 3, ("draft_model", ""))])

@@ -65,3 +65,22 @@ def test_without_a_draft_model_the_draft_modes_are_skipped_with_the_reason(tiny_
     report.update(hardware={"device": "cpu"}, max_new_tokens=4, repeats=1)
     md = latency_markdown(report, plots=False)
     assert f"| hf_assisted | skipped: {NO_DRAFT_REASON} |" in md
+
+
+def test_kernel_matched_prompt_lookup_is_opt_in_and_reported_apart(tiny_models, cases, monkeypatch):
+    """hf_pld_5_fk runs transformers' prompt lookup inside few_token_passes (same ids as
+    greedy); the goal line compares with transformers' own lookup, a second line with _fk."""
+    import evals.latency as latency
+
+    target, cs = cases
+    engine = SpeculativeEngine(target, costs=COSTS)
+    entered = []
+    real = latency.few_token_passes
+    monkeypatch.setattr(latency, "few_token_passes", lambda: entered.append(1) or real())
+    report = run_latency(engine, cs, max_new_tokens=8, modes=["hf_pld_5", "hf_pld_5_fk", "ours_auto"])
+    assert entered and report["exact_vs_greedy"]["hf_pld_5_fk"] == 1
+    assert sum(report["token_share"]["hf_pld_5_fk"].values()) == pytest.approx(1.0, abs=0.01)
+    report.update(hardware={"device": "cpu"}, max_new_tokens=8, repeats=1)
+    md = latency_markdown(report, plots=False)
+    assert "vs the best prompt lookup (hf_pld_5," in md
+    assert "Against the best prompt lookup with our verification kernels (hf_pld_5_fk," in md
