@@ -21,7 +21,7 @@ from decoding.derived_draft import AUTO_DRAFT, DERIVED_PREFIX, LEAN_DRAFT, deriv
 from decoding.engine import GenerationResult
 from decoding.logits import effective_settings
 from decoding.stats import GenerationStats
-from decoding.lean_draft import LeanDraftLoader
+from decoding.lean_draft import MIN_AGREEMENT, MIN_STEP_RATIO, LeanDraftLoader
 from decoding.models import LoadedModel, load_model, resolve_device
 from ingestion.documents import SearchFilter
 from ingestion.store import ChunkStore, open_store
@@ -128,8 +128,8 @@ def draft_model_plan(settings: Settings) -> str:
         return f"{spec}, loaded at start"
     if auto_draft_plan(settings):
         return ("auto: derived:int4 built in the background at start (n-gram drafting meanwhile) and kept "
-                "only if its calibration shows it >= 1.8x cheaper per step than the target and agreeing on "
-                ">= 80 % of tokens; the outcome is logged and in /readyz")
+                f"only if its calibration shows it >= {MIN_STEP_RATIO}x cheaper per step than the target and "
+                f"agreeing on >= {MIN_AGREEMENT:.0%} of tokens; the outcome is logged and in /readyz")
     return "auto: none on this device (derived:int4 is a CPU recipe): the n-gram drafter alone"
 
 
