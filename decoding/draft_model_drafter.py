@@ -7,13 +7,15 @@ up after rounds the n-gram drafter drafted). It stops early when its top probabi
 falls below ``min_confidence``.
 
 When the draft model has the target's KV layout and dtype (a draft derived from the
-target), it copies the keys and values of every committed position the target has
-already verified from the target's KV cache instead of computing them: the prompt at the
-start (no draft prefill), and the tokens of rounds other drafters drafted (no catch-up
-forward). It then feeds only the newest committed token and the tokens drafted before it
-in the round. Measured for the lean int4 draft at a 1,200-token context: a forward over
-8 tokens costs 149 ms and over 16 tokens 258 ms, against 45 ms for one; copying their
-K/V costs well under a millisecond. What is still fed is priced in the offer
+target), it keeps no KV cache of its own: it attends to the keys and values the target
+has verified, in the target's own cache, and writes its few proposal positions after
+them, which it crops away before the target's pass (that pass writes those positions
+anew, so verification never reads a draft's K/V). So there is no draft prefill, no
+catch-up forward after rounds other drafters drafted, and no second copy of the context
+(~85 MB at 1,900 positions for SmolLM2-135M). Each proposal feeds only the newest
+committed token and the tokens drafted before it in the round. Measured for the lean
+int4 draft at a 1,200-token context: a forward over 8 tokens costs 149 ms and over 16
+tokens 258 ms, against 45 ms for one. What is fed is priced in the offer
 (``Offer.setup_ms``, from the draft's measured forward costs), so the policy extends a
 copied span only where that pays.
 """
@@ -58,8 +60,9 @@ class DraftModelDrafter:
     Args:
         draft: the loaded draft model (vocabulary already checked).
         min_confidence: stop drafting when the draft's top probability drops below this.
-        share_target_prefill: start from the target's prompt KV cache (only for drafts
-            with the target's KV layout; ``None`` = decide from the configs).
+        share_target_prefill: draft over the target's KV cache instead of a cache of its
+            own (only for drafts with the target's KV layout and dtype; ``None`` = decide
+            from the configs).
         step_ms: measured cost of one draft step (ms, :func:`decoding.calibration.calibrate`);
             ``None`` = not measured, so the cost-aware policy never picks it.
         feed_ms: ``feed_ms[n - 1]`` is one draft forward over n tokens (ms); prices feeding
@@ -92,8 +95,8 @@ class DraftModelDrafter:
         self._target_vocab = int(target.model.config.vocab_size)
 
     def begin(self, request: DraftRequest) -> None:
-        """Reset per request; remember the target's KV cache (by reference: the positions it
-        has verified are copied in when the draft needs them).
+        """Reset per request; remember the target's KV cache (by reference: a draft that
+        shares the target's layout drafts over it).
 
         ``request.sampling`` is the request's :class:`~decoding.sampling.TokenSelector` (its
         logits processors, greedy or Gumbel-max with the target's noise); ``None`` = plain greedy.
@@ -120,9 +123,7 @@ class DraftModelDrafter:
     def _setup_ms(self, n_after: int) -> float:
         """Cost (ms) of the forward before the first drafted token beyond one step: it feeds
         the committed tokens neither cached nor copyable from the target, and ``n_after``."""
-        known = self._shared_prefix(self._committed)
-        if self._target_cache is not None:
-            known = max(known, self._verified_length())
+        known = self._verified_length() if self._target_cache is not None else self._shared_prefix(self._committed)
         n = max(len(self._committed) - known, 1) + n_after
         if n <= 1 or self.step_ms is None:
             return 0.0
@@ -149,9 +150,9 @@ class DraftModelDrafter:
         self._cache = PreallocatedCache(len(self._committed) + self._reserve)  # regrows past it
         self._cached = []
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
+    def _forward(self, ids: list[int], cache: DynamicCache) -> torch.Tensor:
         x = torch.tensor([ids], device=self.draft.device)
-        logits = self.model(input_ids=x, cache=self._cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+        logits = self.model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
         extra = self._target_vocab - logits.shape[-1]
         if extra < 0:
             return logits[: self._target_vocab]
@@ -160,7 +161,7 @@ class DraftModelDrafter:
     @torch.inference_mode()
     def propose(self, max_tokens: int, after: Sequence[int] = ()) -> Draft:
         """Draft up to ``max_tokens`` tokens after the committed sequence + ``after``
-        (one forward over what the draft cache lacks, then one step per token).
+        (one forward over what the cache lacks, then one step per token).
 
         Each token is the request's choice rule applied to the draft's logits (processed with
         the draft's prefix, like the target's): greedy argmax, or when sampling
@@ -175,27 +176,30 @@ class DraftModelDrafter:
         max_tokens = min(max_tokens, self.draft.max_positions - len(seq))
         if max_tokens <= 0:
             return Draft([])
-        if self._cache is None:
-            self._start_cache()
-        lcp = min(self._shared_prefix(seq), len(seq) - 1)  # always feed at least the last token
-        if max(seq[lcp:]) >= self.model.config.vocab_size:
+        if self._target_cache is not None:  # draft over the target's verified K/V
+            cache, known = self._target_cache, self._verified_length()
+        else:
+            if self._cache is None:
+                self._start_cache()
+            cache, known = self._cache, min(self._shared_prefix(seq), len(seq) - 1)  # feed at least one
+        if max(seq[known:]) >= self.model.config.vocab_size:
             return Draft([])  # the target emitted an id past the draft's (padded) vocabulary
-        crop_cache(self._cache, lcp)
-        if self._target_cache is not None and self._verified_length() > lcp:
-            end = self._verified_length()  # verified by the target: copy its K/V, no forward
-            for i, layer in enumerate(self._target_cache.layers):
-                self._cache.update(layer.keys[:, :, lcp:end], layer.values[:, :, lcp:end], i)
-            lcp = end
-        logits = self._forward(seq[lcp:])
+        crop_cache(cache, known)
         tokens: list[int] = []
-        fed: list[int] = []  # drafted tokens whose KV is now in the draft cache
-        for i in range(max_tokens):
-            x, confidence = self._sampling.choose_with_confidence(seq + tokens, logits)
-            if confidence < self.min_confidence:
-                break
-            tokens.append(x)
-            if i + 1 < max_tokens:
-                logits = self._forward([x])
-                fed.append(x)
-        self._cached = seq + fed
+        fed: list[int] = []  # drafted tokens whose KV is now in the cache
+        try:
+            logits = self._forward(seq[known:], cache)
+            for i in range(max_tokens):
+                x, confidence = self._sampling.choose_with_confidence(seq + tokens, logits)
+                if confidence < self.min_confidence:
+                    break
+                tokens.append(x)
+                if i + 1 < max_tokens:
+                    logits = self._forward([x], cache)
+                    fed.append(x)
+        finally:
+            if self._target_cache is not None:
+                crop_cache(cache, known)  # the target's pass writes these positions itself
+        if self._target_cache is None:
+            self._cached = seq + fed  # what its own cache now holds
         return Draft(tokens)

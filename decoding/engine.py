@@ -28,10 +28,11 @@ import torch
 from decoding.calibration import calibrate, measure_draft_feed_ms
 from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer
-from decoding.few_token_linear import few_token_passes
 from decoding.draft_model_drafter import DraftModelDrafter, check_compatible
 from decoding.drafter import Draft, Drafter, DraftRequest, Offer, join_drafts
+from decoding.few_token_linear import few_token_passes
 from decoding.kv_cache import PreallocatedCache, crop_cache
+from decoding.memory import return_freed_memory
 from decoding.logits import effective_settings
 from decoding.models import LoadedModel
 from decoding.ngram_drafter import AnswerHistory, NGramDrafter
@@ -233,6 +234,7 @@ class SpeculativeEngine:
             self.drafters = [d for d in self.drafters if d.name != drafter.name] + [drafter]
             if agreement is not None:
                 self.acceptance.set_prior(drafter.name, agreement, agreement)
+        return_freed_memory()  # the build's and calibration's transient buffers
         log.info("draft model attached: %s, step %.1f ms", draft.name, step_ms)
 
     # -- public API -----------------------------------------------------------------------

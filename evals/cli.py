@@ -48,6 +48,8 @@ def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path
 
 _cases_opt = typer.Option(None, "--cases", help="replay cases saved by `copilot eval cases` (no store, no "
                           "corpus: torch and transformers alone); --questions/--corpus/--data-dir are ignored")
+_subset_opt = typer.Option(None, "--subset", min=1,
+                           help="time N questions spread evenly over the set (default: all; --quick: its own few)")
 _device_opt = typer.Option("auto", help="with --cases: auto | cpu | cuda | cuda:N (else COPILOT_DEVICE)")
 _dtype_opt = typer.Option("auto", help="with --cases: auto | float32 | bfloat16 | float16 (else COPILOT_DTYPE)")
 
@@ -59,7 +61,7 @@ def _loop_span(setup, option: Optional[int]) -> int:
 
 def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path], quick: bool,
              max_new_tokens: Optional[int], draft_model: Optional[str], cases_file: Optional[Path] = None,
-             device: str = "auto", dtype: str = "auto"):
+             device: str = "auto", dtype: str = "auto", subset: Optional[int] = None):
     """The eval set-up, its cases and the token budget: built through the store and prompt
     path, or (``cases_file``) replayed from a saved cases file on ``device``/``dtype``."""
     from evals.harness import build_cases, build_setup, load_cases, replay_setup
@@ -70,13 +72,13 @@ def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path],
             meta, cases = load_cases(cases_file)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--cases") from exc
-        if quick:
-            cases = quick_subset(cases, QUICK_QUESTIONS[kind])
+        if quick or subset:
+            cases = quick_subset(cases, subset or QUICK_QUESTIONS[kind])
         n_tokens = max_new_tokens or (QUICK_TOKENS if quick else meta.get("max_new_tokens") or FULL_TOKENS[kind])
         return replay_setup(meta, device=device, dtype=dtype, draft_model=draft_model), cases, n_tokens
     qs = load_questions(questions)
-    if quick:
-        qs = quick_subset(qs, QUICK_QUESTIONS[kind])
+    if quick or subset:
+        qs = quick_subset(qs, subset or QUICK_QUESTIONS[kind])
     n_tokens = max_new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS[kind])
     setup = build_setup(None if data_dir else corpus, data_dir, draft_model=draft_model)
     return setup, build_cases(setup, qs, n_tokens), n_tokens
@@ -112,7 +114,7 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
               allow_near_ties: Optional[float] = typer.Option(
                   None, help="pass divergences whose reference top-1/top-2 logit margin is <= this"),
               loop_span: Optional[int] = _loop_span_opt, cases_file: Optional[Path] = _cases_opt,
-              device: str = _device_opt, dtype: str = _dtype_opt) -> None:
+              subset: Optional[int] = _subset_opt, device: str = _device_opt, dtype: str = _dtype_opt) -> None:
     """Every decoding mode vs plain greedy generate() cut by the same stops (EOS, budget, loop
     stop); non-zero exit on a divergence."""
     from evals.exactness import failing_divergences, run_exactness
@@ -120,7 +122,7 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
     from evals.report import exactness_markdown
 
     setup, cases, n_tokens = _prepare("exactness", questions, corpus, data_dir, quick, max_new_tokens, draft_model,
-                                      cases_file, device, dtype)
+                                      cases_file, device, dtype, subset)
     try:
         span = _loop_span(setup, loop_span)
         result = run_exactness(setup.engine, cases, n_tokens, loop_span=span)
@@ -146,7 +148,7 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
                            "or hf_pld_5_fk / hf_pld_10_fk: prompt lookup with our verification kernels)"),
             draft_model: Optional[str] = typer.Option(None, help="override COPILOT_DRAFT_MODEL"),
             loop_span: Optional[int] = _loop_span_opt, cases_file: Optional[Path] = _cases_opt,
-            device: str = _device_opt, dtype: str = _dtype_opt) -> None:
+            subset: Optional[int] = _subset_opt, device: str = _device_opt, dtype: str = _dtype_opt) -> None:
     """Speedup, τ, α, TTFT, ITL of our modes vs transformers greedy, prompt lookup and assisted generation
     (every mode with the loop stop)."""
     from evals.harness import hardware_summary
@@ -168,7 +170,7 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
         raise typer.BadParameter(f"modes {needs_draft} need a draft model: pass --draft-model or set "
                                  "COPILOT_DRAFT_MODEL", param_hint="--modes")
     setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, quick, max_new_tokens, draft_model,
-                                      cases_file, device, dtype)
+                                      cases_file, device, dtype, subset)
     try:
         result = run_latency(setup.engine, cases, n_tokens, repeats, mode_list,
                              loop_span=_loop_span(setup, loop_span))

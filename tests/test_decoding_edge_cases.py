@@ -329,26 +329,29 @@ def test_draft_model_drafter_stays_in_sync(tiny_models, small, draft_name):
         assert drafter.propose(4).tokens == fresh.propose(4).tokens
 
 
-def test_draft_model_copies_verified_kv_from_the_target_and_prices_what_it_feeds(tiny_models, small, monkeypatch):
-    """A draft with the target's KV layout takes the K/V of every position the target has
-    verified from the target's cache: after rounds another drafter drafted it feeds only the
-    newest committed token (plus the round's earlier span), and its offer prices that feed."""
-    draft = tiny_models.load("small")  # the target itself: the copied K/V are its own
+def test_draft_model_drafts_over_the_targets_verified_kv_and_prices_what_it_feeds(tiny_models, small, monkeypatch):
+    """A draft with the target's KV layout keeps no cache of its own: it attends to the K/V the
+    target verified, feeds only the newest committed token (plus the round's earlier span), leaves
+    the target's cache exactly as it found it, and its offer prices what it feeds."""
+    draft = tiny_models.load("small")  # the target itself: its proposals are greedy's
     feed = (10.0, 13.0, 15.0, 17.0, 30.0, 40.0)
     drafter = DraftModelDrafter(draft, small, min_confidence=0.0, step_ms=10.0, feed_ms=feed)
     prompt = prompt_of(small)
     target_cache = PreallocatedCache(len(prompt) + 32)
     with torch.inference_mode():
         small.model(input_ids=torch.tensor([prompt]), cache=target_cache, use_cache=True)
+    before = [layer.keys.clone() for layer in target_cache.layers]
     drafter.begin(DraftRequest(prompt, [], target_cache))
     fed = []
     forward = drafter._forward
-    monkeypatch.setattr(drafter, "_forward", lambda ids: fed.append(list(ids)) or forward(ids))
+    monkeypatch.setattr(drafter, "_forward", lambda ids, cache: fed.append(list(ids)) or forward(ids, cache))
     first = tiny_models.greedy("small", prompt, 1)
     drafter.observe(first)  # the prefill's token: not yet in the target's cache
     assert drafter.offer(4).setup_ms == 0.0 and drafter.offer(4, after=[5, 6]).setup_ms == 15.0 - 10.0
     assert drafter.propose(3).tokens == tiny_models.greedy("small", prompt + first, 3)
-    assert fed[0] == first  # the whole prompt came from the target's cache
+    assert fed[0] == first and drafter._cache is None  # no prefill, no cache of its own
+    assert target_cache.get_seq_length() == len(prompt)
+    assert all(torch.equal(a, layer.keys) for a, layer in zip(before, target_cache.layers))
     # Another drafter's round: 5 tokens committed, the target's cache verified all but the newest.
     committed = prompt + first
     new = tiny_models.greedy("small", committed, 5)
@@ -359,7 +362,7 @@ def test_draft_model_copies_verified_kv_from_the_target_and_prices_what_it_feeds
     assert drafter.offer(4).setup_ms == 0.0  # nothing to feed but the newest token
     fed.clear()
     assert drafter.propose(4, after=[7, 8]).tokens == tiny_models.greedy("small", committed + [7, 8], 4)
-    assert fed[0] == [new[-1], 7, 8]
+    assert fed[0] == [new[-1], 7, 8] and target_cache.get_seq_length() == len(committed) - 1
     # Without the target's cache the lacking committed tokens are fed, and priced.
     alone = DraftModelDrafter(draft, small, min_confidence=0.0, step_ms=10.0, feed_ms=feed,
                               share_target_prefill=False)

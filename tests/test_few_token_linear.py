@@ -11,7 +11,12 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from decoding import GenerationConfig, SpeculativeEngine
-from decoding.few_token_linear import MAX_ROWS, few_token_linear, few_token_passes, use_few_token_linear
+from decoding.few_token_linear import (
+    MAX_ROWS,
+    few_token_linear,
+    few_token_passes,
+    use_few_token_linear,
+)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
