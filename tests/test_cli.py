@@ -135,6 +135,11 @@ def test_eval_commands_are_reachable():
     assert result.exit_code == 2 and "need a draft model" in result.output
     result = runner.invoke(app, ["eval", "exactness", "--max-new-tokens", "0"])
     assert result.exit_code == 2
+    for command in ("latency", "exactness"):  # --subset N: at least one question
+        result = runner.invoke(app, ["eval", command, "--subset", "0"])
+        assert result.exit_code == 2 and "--subset" in result.output
+    result = runner.invoke(app, ["eval", "latency", "--modes", "hf_pld_7_fk"])  # the kernel-matched anchors are named
+    assert result.exit_code == 2 and "unknown modes" in result.output and "hf_pld_10_fk" in result.output
 
 
 @pytest.mark.slow
