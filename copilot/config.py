@@ -16,6 +16,7 @@ from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSourc
                                TomlConfigSettingsSource, YamlConfigSettingsSource)
 
 from decoding.drafter import DraftingMode
+from copilot.grounding import MIN_SUPPORT
 from decoding.models import EMBEDDED_TARGET_ID
 from ingestion.stores.database import mask_url
 
@@ -66,6 +67,8 @@ class Settings(BaseSettings):
     max_new_tokens_cap: int = Field(1024, ge=1, description="requests asking for more get 422")
     max_prompt_tokens: int = Field(2048, ge=256, description="prompt budget (passages + history + question)")
     max_question_chars: int = Field(4000, ge=1)
+    min_support: float = Field(MIN_SUPPORT, ge=0.0, le=1.0, description="answer 'not found' when the best evidence "
+                               "line's similarity to the question is below this (0 = only the named-entity rule)")
 
     # web API
     host: str = "127.0.0.1"

@@ -45,7 +45,7 @@ class PromptStyle:
     """
 
     system: str
-    passages: Literal["chunks", "highlights", "evidence-first"] = "chunks"
+    passages: Literal["chunks", "highlights", "evidence-first", "numbered-lines"] = "chunks"
     max_sources: int = 5
     best_last: bool = False
     answer_hint: str = ""
@@ -67,6 +67,15 @@ SYSTEM_QUOTE = (
     "at most one short sentence."
 )
 
+SYSTEM_QUOTE_CODE = (
+    "You answer an operations team's questions from its logbooks and tickets. Use only the numbered sources. "
+    "Copy commands, error messages, paths, host names and values exactly as the sources write them, in backticks. "
+    "Cite the source of each fact as [n]."
+)
+ANSWER_HINT = "Answer in one or two sentences and cite the source."
+CITE_HINT = ("Answer in one or two sentences: quote the exact command, error or value in backticks, then end with "
+             "the number of the source you used, like [2].")
+
 #: Named styles compared by the answers eval; ``DEFAULT_STYLE`` is the measured best.
 PROMPT_STYLES: dict[str, PromptStyle] = {
     "baseline": PromptStyle(SYSTEM_LONG, "chunks", 5),
@@ -83,6 +92,14 @@ PROMPT_STYLES: dict[str, PromptStyle] = {
     "evidence-first-3": PromptStyle(SYSTEM_QUOTE, "evidence-first", 3),
     "evidence-first-3-short": PromptStyle(SYSTEM_SHORT, "evidence-first", 3,
                                           answer_hint="Answer in one or two sentences and cite the source."),
+    "code-highlights-3": PromptStyle(SYSTEM_QUOTE_CODE, "highlights", 3, answer_hint=ANSWER_HINT),
+    "code-chunks-3": PromptStyle(SYSTEM_QUOTE_CODE, "chunks", 3, answer_hint=ANSWER_HINT),
+    "code-evidence-first-3": PromptStyle(SYSTEM_QUOTE_CODE, "evidence-first", 3, answer_hint=ANSWER_HINT),
+    "code-lines-3": PromptStyle(SYSTEM_QUOTE_CODE, "numbered-lines", 3, answer_hint=ANSWER_HINT),
+    "code-lines-3-cite": PromptStyle(SYSTEM_QUOTE_CODE, "numbered-lines", 3, answer_hint=CITE_HINT),
+    "code-highlights-3-cite": PromptStyle(SYSTEM_QUOTE_CODE, "highlights", 3, answer_hint=CITE_HINT),
+    "code-highlights-3-cite-last": PromptStyle(SYSTEM_QUOTE_CODE, "highlights", 3, best_last=True,
+                                               answer_hint=CITE_HINT),
 }
 DEFAULT_STYLE = "highlights-3-short"
 
@@ -119,7 +136,9 @@ def format_source(source: Source, passages: str = "chunks") -> str:
     if passages == "evidence-first" and source.highlights:
         lines = "\n".join(source.highlights)
         return f"[{source.n}] {lines}\n(from {source.header})"
-    if passages in ("highlights", "evidence-first") and source.highlights:
+    if passages == "numbered-lines" and source.highlights:
+        body = "\n".join(f"- {h} [{source.n}]" for h in source.highlights)
+    elif passages in ("highlights", "evidence-first") and source.highlights:
         body = "\n".join(f"- {h}" for h in source.highlights)
     else:
         body = source.body()

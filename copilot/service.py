@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import torch
@@ -14,7 +14,9 @@ from copilot.config import Settings
 from copilot.citations import CitationFilter, cited_numbers
 from copilot.prompting import (NO_CONTEXT_ANSWER, PROMPT_STYLES, BuiltPrompt, ChatTurn, PromptStyle,
                                PromptTooLongError, bare_prompt_tokens, build_prompt)
-from copilot.retrieval import HybridRetriever
+from copilot.grounding import DocumentText, Grounding, assess, entity_order, not_found_answer, question_entities
+from copilot.quotes import Quote, Unverified, check_literals
+from copilot.retrieval import HybridRetriever, Passage
 from copilot.sources import Source, group_by_document, with_highlights
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.derived_draft import AUTO_DRAFT, DERIVED_PREFIX, LEAN_DRAFT, derive_draft
@@ -37,6 +39,7 @@ class Prepared:
     prompt: BuiltPrompt
     config: GenerationConfig
     retrieval_ms: float
+    grounding: Grounding = field(default_factory=lambda: Grounding(True))
 
 
 @dataclass
@@ -64,6 +67,9 @@ class Answer:
     finish_reason: str = "stop"
     cited: list[int] = field(default_factory=list)
     invalid_citations: list[int] = field(default_factory=list)
+    quotes: list[Quote] = field(default_factory=list)
+    unverified: list[Unverified] = field(default_factory=list)
+    not_found: bool = False
 
 
 @dataclass
@@ -102,10 +108,15 @@ class AnswerAssembler:
             stats, reason = {"prompt_tokens": len(prompt.input_ids)}, stopped_reason
         if not prompt.sources:
             stats["no_context"] = True
+        grounding = self.prepared.grounding
+        checked = check_literals(self.text, prompt.sources, self.prepared.question)
         stats["retrieval_ms"] = round(self.prepared.retrieval_ms, 2)
         stats["finish_reason"] = reason
         stats["invalid_citations"] = self.invalid_citations
-        return Answer(self.text, prompt.sources, stats, reason, cited_numbers(self.text), self.invalid_citations)
+        stats["grounding"] = grounding.to_dict()
+        stats["literals"] = {"quoted": len(checked.quotes), "unverified": len(checked.unverified)}
+        return Answer(self.text, prompt.sources, stats, reason, cited_numbers(self.text), self.invalid_citations,
+                      checked.quotes, checked.unverified, not grounding.answerable)
 
 
 
@@ -295,13 +306,49 @@ class CopilotService:
     def search(self, question: str, top_k: int | None = None, flt: SearchFilter | None = None) -> list[Source]:
         """The ``top_k`` best documents for ``question`` with their evidence lines (no model call).
 
+        Documents holding every entity the question names (host, ticket, error code, day:
+        :mod:`copilot.grounding`) come before near-duplicates that lack one; an ELOG entry
+        brings its parent or first reply along when that is not among them (one more source).
+
         Raises:
             ValueError: empty question or one longer than ``max_question_chars``.
         """
         question = self._clean(question)
         k = top_k or self.settings.top_k or self.style.max_sources
         passages = self.retriever.retrieve(question, max(self.retriever.candidates, 4 * k), flt)
-        return with_highlights(question, group_by_document(passages, k), self.store.embedder)
+        candidates = group_by_document(passages, max(3 * k, k + 6))
+        entities = question_entities(question)
+        if entities:
+            docs = [self._document_text(c) for c in candidates]
+            candidates = [candidates[i] for i in entity_order(docs, entities)]
+        chosen = candidates[:k]
+        chosen += self._linked(chosen, flt)
+        chosen = [replace(c, n=i + 1) for i, c in enumerate(chosen)]
+        return with_highlights(question, chosen, self.store.embedder)
+
+    def _document_text(self, source: Source) -> DocumentText:
+        """A candidate document's whole text and dates, for the entity check."""
+        chunks = self.store.get_document_chunks(source.doc_id) or [p.chunk for p in source.passages]
+        created = source.metadata.get("created")
+        return DocumentText(source.doc_id, "\n".join(c.text for c in chunks), (str(created),) if created else ())
+
+    def _linked(self, chosen: list[Source], flt: SearchFilter | None) -> list[Source]:
+        """The ELOG parent (or first reply) of the best source, when not already chosen and
+        within the filter (at most one source)."""
+        if not chosen or flt is not None and flt != SearchFilter():
+            return []
+        meta = chosen[0].metadata
+        replies = meta.get("replies") or []
+        if isinstance(replies, str):
+            replies = [r for r in replies.split(",") if r.strip()]
+        linked = [meta.get("parent_doc_id")] + [f"{meta.get('source')}#{r.strip()}" for r in replies[:1]]
+        have = {c.doc_id for c in chosen}
+        for doc_id in linked:
+            if doc_id and doc_id not in have:
+                chunks = self.store.get_document_chunks(doc_id)
+                if chunks:
+                    return [Source(len(chosen) + 1, tuple(Passage(0, c, 0.0) for c in chunks[:2]))]
+        return []
 
     def prepare(self, question: str, *, top_k: int | None = None, flt: SearchFilter | None = None,
                 history: list[ChatTurn] | None = None, config: GenerationConfig | None = None) -> Prepared:
@@ -317,21 +364,38 @@ class CopilotService:
         sources = self.search(question, top_k, flt)
         prompt = build_prompt(self.engine.target.tokenizer, question, sources, self.prompt_budget(config), history,
                               self.style)
-        return Prepared(question, prompt, config, (time.perf_counter() - t0) * 1000)
+        grounding = self.ground(question, prompt.sources)
+        return Prepared(question, prompt, config, (time.perf_counter() - t0) * 1000, grounding)
+
+    def ground(self, question: str, sources: list[Source]) -> Grounding:
+        """Whether ``sources`` (as shown) can answer ``question`` (:func:`copilot.grounding.assess`)."""
+        if not sources:
+            return Grounding(True)  # the no-context answer says so already
+        docs = [self._document_text(s) for s in sources]
+        highlights = [h for s in sources for h in s.highlights]
+        return assess(question, docs, highlights, self.store.embedder, self.settings.min_support)
 
     def stream(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Iterator[AnswerEvent]:
         """Decode a prepared question; the last event's ``result`` has the stats.
 
         Deltas and the result's text have their citations checked (:mod:`copilot.citations`):
         a ``[n]`` naming no source is removed. With no sources (empty store or nothing
-        matched) the fixed no-context answer is the result, without running the model
-        (its ``token_ids`` are the answer's tokens, ``finish_reason`` ``stop``).
+        matched) the fixed no-context answer is the result, and when the sources do not answer
+        the question (``prepared.grounding``) the "not found" answer listing the closest
+        entries, both without running the model (``token_ids`` are the answer's tokens,
+        ``finish_reason`` ``stop``).
         """
+        fixed = None
         if not prepared.prompt.sources:
-            ids = self.engine.target.tokenizer(NO_CONTEXT_ANSWER, add_special_tokens=False)["input_ids"]
+            fixed = NO_CONTEXT_ANSWER
+        elif not prepared.grounding.answerable:
+            titles = [" ".join(str(s.metadata.get("title") or s.doc_id).split()) for s in prepared.prompt.sources]
+            fixed = not_found_answer(prepared.grounding, titles)
+        if fixed is not None:
+            ids = self.engine.target.tokenizer(fixed, add_special_tokens=False)["input_ids"]
             stats = GenerationStats(prompt_tokens=len(prepared.prompt.input_ids), new_tokens=len(ids),
                                     finish_reason="stop")
-            yield AnswerEvent(NO_CONTEXT_ANSWER, GenerationResult(ids, NO_CONTEXT_ANSWER, "stop", stats))
+            yield AnswerEvent(fixed, GenerationResult(ids, fixed, "stop", stats))
             return
         citations = CitationFilter(len(prepared.prompt.sources))
         for event in self.engine.stream(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids,

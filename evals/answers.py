@@ -19,7 +19,7 @@ from collections import Counter
 
 from copilot.citations import cited_numbers
 from copilot.prompting import PROMPT_STYLES
-from copilot.service import CopilotService
+from copilot.service import Answer, AnswerAssembler, CopilotService
 from evals.questions import Question
 
 log = logging.getLogger(__name__)
@@ -37,25 +37,49 @@ def text_loops(text: str, phrase_words: int = 6, times: int = 3) -> bool:
     return any(c >= times for c in shingles.values())
 
 
+_NOT_FOUND = re.compile(r"^\W*not found\b", re.IGNORECASE)
+
+
+def abstained(answer: Answer) -> bool:
+    """The answer says "not found": the service decided it (:mod:`copilot.grounding`) or the
+    model wrote it first thing."""
+    return answer.not_found or bool(_NOT_FOUND.match(answer.text))
+
+
 def evaluate_question(service: CopilotService, q: Question, max_new_tokens: int, loop_span: int) -> dict:
     """Ask one question through the service; the per-question row of the report."""
     t0 = time.perf_counter()
     config = service.generation_config(max_new_tokens, loop_span=loop_span)
     prepared = service.prepare(q.question, config=config)
-    answer = service.answer(prepared)
+    assembler = AnswerAssembler(prepared)
+    first_text_ms = None
+    for event in service.stream(prepared):
+        if assembler.add(event) and first_text_ms is None:
+            first_text_ms = (time.perf_counter() - t0) * 1000
+    answer = assembler.answer()
     wall_ms = (time.perf_counter() - t0) * 1000
     sources = answer.sources
     doc_ids = [s.doc_id for s in sources]
     rank = next((i + 1 for i, d in enumerate(doc_ids) if q.matches(d)), None)
+    all_shown = q.answerable and all(any(q.matches(d, want) for d in doc_ids) for want in q.sources)
     span = q.answer_span
     highlights = [h for s in sources for h in s.highlights]
     expected_highlights = [h for s in sources if q.matches(s.doc_id) for h in s.highlights]
+    invented = [u for u in answer.unverified if not u.in_question]
     stats = answer.stats
     return {
-        "id": q.id, "question": q.question, "copy": q.copy, "expected": q.source, "rank": rank,
+        "id": q.id, "question": q.question, "kind": q.kind, "copy": q.copy, "answerable": q.answerable,
+        "expected": list(q.sources), "rank": rank, "all_sources_shown": all_shown,
         "span_in_answer": bool(span) and span in answer.text,
         "span_in_highlights": bool(span) and any(span in h for h in highlights),
         "span_in_expected_highlights": bool(span) and any(span in h for h in expected_highlights),
+        "not_found": abstained(answer),
+        "decided_not_found": answer.not_found,
+        "grounding": stats.get("grounding"),
+        "quotes": [x.literal for x in answer.quotes],
+        "unverified": [u.literal for u in answer.unverified],
+        "invented": [u.literal for u in invented],
+        "invented_commands": [u.literal for u in invented if u.kind in ("command", "code")],
         "loops": text_loops(answer.text),
         "citations_removed": answer.invalid_citations,
         "citations_naming_nothing": [n for n in cited_numbers(answer.text) if not 1 <= n <= len(sources)],
@@ -67,22 +91,34 @@ def evaluate_question(service: CopilotService, q: Question, max_new_tokens: int,
         "prompt_tokens": len(prepared.prompt.input_ids),
         "retrieval_ms": round(prepared.retrieval_ms, 1),
         "ttft_ms": stats.get("ttft_ms"),
+        "first_text_ms": None if first_text_ms is None else round(first_text_ms, 1),
         "wall_ms": round(wall_ms, 1),
         "tau": stats.get("tau"),
         "answer": answer.text,
     }
 
 
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 1) if values else None
+
+
 def summarize(rows: list[dict]) -> dict:
     """Counts and medians over the per-question rows."""
-    copy = [r for r in rows if r["copy"]]
+    copy = [r for r in rows if r["copy"] and r["answerable"]]
+    answerable = [r for r in rows if r["answerable"]]
+    unanswerable = [r for r in rows if not r["answerable"]]
 
     def count(key: str, among: list[dict] = rows) -> int:
         return sum(1 for r in among if r[key])
 
+    invented = sum(len(r["invented"]) for r in rows)
     return {
         "questions": len(rows),
         "copy_questions": len(copy),
+        "answerable_questions": len(answerable),
+        "unanswerable_questions": len(unanswerable),
+        "kinds": dict(Counter(r["kind"] for r in rows)),
         "looping_answers": count("loops"),
         "at_budget": sum(1 for r in rows if r["finish_reason"] == "length"),
         "loop_stopped": sum(1 for r in rows if r["finish_reason"] == "repetition"),
@@ -90,18 +126,38 @@ def summarize(rows: list[dict]) -> dict:
         "citations_naming_nothing": sum(len(r["citations_naming_nothing"]) for r in rows),
         "responses_with_duplicate_documents": count("duplicate_documents"),
         "answers_citing_a_source": count("cited"),
-        "expected_doc_in_sources": sum(1 for r in rows if r["rank"] is not None),
-        "expected_doc_first": sum(1 for r in rows if r["rank"] == 1),
-        "cited_expected_doc": sum(1 for r in rows if r["rank"] is not None and r["rank"] in r["cited"]),
+        "expected_doc_in_sources": sum(1 for r in answerable if r["rank"] is not None),
+        "expected_doc_first": sum(1 for r in answerable if r["rank"] == 1),
+        "all_expected_docs_in_sources": count("all_sources_shown", answerable),
+        "cited_expected_doc": sum(1 for r in answerable if r["rank"] is not None and r["rank"] in r["cited"]),
         "copy_span_in_answer": count("span_in_answer", copy),
         "copy_span_in_highlights": count("span_in_highlights", copy),
         "copy_span_in_expected_highlights": count("span_in_expected_highlights", copy),
-        "median_wall_ms": round(statistics.median(r["wall_ms"] for r in rows), 1) if rows else None,
-        "median_new_tokens": statistics.median(r["new_tokens"] for r in rows) if rows else None,
-        "median_prompt_tokens": statistics.median(r["prompt_tokens"] for r in rows) if rows else None,
-        "median_retrieval_ms": round(statistics.median(r["retrieval_ms"] for r in rows), 1) if rows else None,
+        "not_found_on_unanswerable": count("not_found", unanswerable),
+        "false_not_found": count("not_found", answerable),
+        "quoted_literals": sum(len(r["quotes"]) for r in rows),
+        "invented_literals": invented,
+        "invented_literals_flagged": invented,  # every literal in no source is listed in `unverified`
+        "answers_with_invented_commands": count("invented_commands"),
+        "median_wall_ms": _median([r["wall_ms"] for r in rows]),
+        "median_first_text_ms": _median([r["first_text_ms"] for r in rows]),
+        "median_new_tokens": _median([r["new_tokens"] for r in rows]),
+        "median_prompt_tokens": _median([r["prompt_tokens"] for r in rows]),
+        "median_retrieval_ms": _median([r["retrieval_ms"] for r in rows]),
         "finish_reasons": dict(Counter(r["finish_reason"] for r in rows)),
+        "by_kind": {kind: _kind_summary([r for r in rows if r["kind"] == kind])
+                    for kind in sorted({r["kind"] for r in rows})},
     }
+
+
+def _kind_summary(rows: list[dict]) -> dict:
+    """The trust counts of one question kind."""
+    return {"questions": len(rows),
+            "span_in_answer": sum(1 for r in rows if r["span_in_answer"]),
+            "expected_doc_in_sources": sum(1 for r in rows if r["rank"] is not None),
+            "all_expected_docs_in_sources": sum(1 for r in rows if r["all_sources_shown"]),
+            "cited_expected_doc": sum(1 for r in rows if r["rank"] is not None and r["rank"] in r["cited"]),
+            "not_found": sum(1 for r in rows if r["not_found"])}
 
 
 def run_answers(service: CopilotService, questions: list[Question], max_new_tokens: int, loop_span: int,
@@ -142,23 +198,41 @@ def answers_markdown(report: dict) -> str:
         f"| citations naming no source, left in answers | {s['citations_naming_nothing']} |",
         f"| answers whose invalid citations were removed | {s['answers_with_citations_removed']} / {n} |",
         f"| responses listing a document twice | {s['responses_with_duplicate_documents']} / {n} |",
-        f"| expected document among the sources (first) | {s['expected_doc_in_sources']} ({s['expected_doc_first']}) / {n} |",
-        f"| answers citing the expected document | {s['cited_expected_doc']} / {n} |",
         f"| copy questions: span quoted in the answer | {s['copy_span_in_answer']} / {c} |",
         f"| copy questions: span in the evidence lines (any source / expected) | "
         f"{s['copy_span_in_highlights']} / {s['copy_span_in_expected_highlights']} of {c} |",
+        f"| answer-bearing document among the shown sources (first) | {s['expected_doc_in_sources']} "
+        f"({s['expected_doc_first']}) / {s['answerable_questions']} |",
+        f"| every expected document shown (two-document questions need both) | "
+        f"{s['all_expected_docs_in_sources']} / {s['answerable_questions']} |",
+        f"| answerable: right document cited | {s['cited_expected_doc']} / {s['answerable_questions']} |",
+        f"| literals quoted from the sources / in no source (all flagged) | {s['quoted_literals']} / "
+        f"{s['invented_literals']} |",
+        f"| answers with an unverified (flagged) command | {s['answers_with_invented_commands']} / {n} |",
+        f"| unanswerable: \"not found\" | {s['not_found_on_unanswerable']} / {s['unanswerable_questions']} |",
+        f"| answerable: false \"not found\" | {s['false_not_found']} / {s['answerable_questions']} |",
+        f"| median first visible text (ms) | {s['median_first_text_ms']} |",
         f"| median wall time per answer (ms) | {s['median_wall_ms']} |",
         f"| median new tokens / prompt tokens | {s['median_new_tokens']} / {s['median_prompt_tokens']} |",
         f"| median retrieval + prompt building (ms) | {s['median_retrieval_ms']} |",
         f"| finish reasons | {', '.join(f'{k} {v}' for k, v in sorted(s['finish_reasons'].items()))} |",
         "",
-        "| id | rank | span in answer | span in highlights | loops | removed [n] | finish | tokens | wall ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| kind | questions | span in answer | answer-bearing doc shown | all docs shown | cited | not found |",
+        "|---|---|---|---|---|---|---|",
+        *(f"| {k} | {v['questions']} | {v['span_in_answer']} | {v['expected_doc_in_sources']} | "
+          f"{v['all_expected_docs_in_sources']} | {v['cited_expected_doc']} | {v['not_found']} |"
+          for k, v in s["by_kind"].items()),
+        "",
+        "| id | kind | rank | span in answer | span in highlights | cited | not found | unverified | finish | tokens | "
+        "first text ms | wall ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
-        lines.append(f"| {r['id']} | {r['rank'] or '-'} | {'yes' if r['span_in_answer'] else 'no'} | "
-                     f"{'yes' if r['span_in_highlights'] else 'no'} | {'yes' if r['loops'] else 'no'} | "
-                     f"{r['citations_removed'] or ''} | {r['finish_reason']} | {r['new_tokens']} | {r['wall_ms']} |")
+        unverified = ", ".join(f"`{u}`" for u in r["unverified"]).replace("|", "\\|")
+        lines.append(f"| {r['id']} | {r['kind']} | {r['rank'] or '-'} | {'yes' if r['span_in_answer'] else 'no'} | "
+                     f"{'yes' if r['span_in_highlights'] else 'no'} | {r['cited'] or ''} | "
+                     f"{'yes' if r['not_found'] else ''} | {unverified} | {r['finish_reason']} | {r['new_tokens']} | "
+                     f"{r['first_text_ms']} | {r['wall_ms']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -166,11 +240,15 @@ def compare_markdown(reports: list[dict]) -> str:
     """One row per prompt style (runs over the same questions, one after another)."""
     lines = [f"# Prompt styles compared — {reports[0]['summary']['questions']} questions, max_new_tokens "
              f"{reports[0]['max_new_tokens']}, loop span {reports[0]['loop_span'] or 'off'}", "",
-             "| style | span in answer (copy) | cites expected doc | loops | at budget | median new tokens | "
-             "median prompt tokens | median wall ms |", "|---|---|---|---|---|---|---|---|"]
+             "| style | span in answer (copy) | cites expected doc | not found (unanswerable / false) | invented | loops | "
+             "at budget | median new tokens | median prompt tokens | median first text ms | median wall ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in reports:
         s = r["summary"]
         lines.append(f"| {r['prompt_style']} | {s['copy_span_in_answer']}/{s['copy_questions']} | "
-                     f"{s['cited_expected_doc']}/{s['questions']} | {s['looping_answers']} | {s['at_budget']} | "
-                     f"{s['median_new_tokens']} | {s['median_prompt_tokens']} | {s['median_wall_ms']} |")
+                     f"{s['cited_expected_doc']}/{s['answerable_questions']} | {s['not_found_on_unanswerable']}/"
+                     f"{s['unanswerable_questions']} / {s['false_not_found']}/{s['answerable_questions']} | "
+                     f"{s['invented_literals']} | {s['looping_answers']} | {s['at_budget']} | "
+                     f"{s['median_new_tokens']} | {s['median_prompt_tokens']} | {s['median_first_text_ms']} | "
+                     f"{s['median_wall_ms']} |")
     return "\n".join(lines) + "\n"

@@ -1,4 +1,11 @@
-"""The ``questions.jsonl`` format: ``{"id", "question", "answer_span", "source", "copy"?}`` per line."""
+"""The ``questions.jsonl`` format, one JSON object per line:
+``{"id", "question", "answer_span", "source" | "sources", "copy"?, "kind"?}``.
+
+``sources`` lists several expected documents (a two-document question: the answer's span is in
+the last one); a question with no source at all is one the corpus cannot answer (a right
+answer is "not found"). ``kind`` groups questions in the report (``copy``, ``explain``,
+``distractor``, ``two-document``, ``unanswerable``; default from ``copy`` and the sources).
+"""
 
 from __future__ import annotations
 
@@ -31,10 +38,31 @@ class Question:
     answer_span: str
     source: str
     copy: bool = True
+    sources: tuple[str, ...] = ()
+    kind: str = ""
 
-    def matches(self, doc_id: str) -> bool:
-        """Whether a retrieved document id is the expected source."""
-        return doc_id == self.source if "#" in self.source else doc_id.startswith(self.source + "#")
+    def __post_init__(self) -> None:
+        if not self.sources and self.source:
+            object.__setattr__(self, "sources", (self.source,))
+        if self.sources and not self.source:
+            object.__setattr__(self, "source", self.sources[-1])
+        if not self.kind:
+            kind = "unanswerable" if not self.sources else "two-document" if len(self.sources) > 1 else \
+                "copy" if self.copy else "explain"
+            object.__setattr__(self, "kind", kind)
+
+    @property
+    def answerable(self) -> bool:
+        """The corpus holds an answer (some expected source)."""
+        return bool(self.sources)
+
+    def matches(self, doc_id: str, expected: str | None = None) -> bool:
+        """Whether a retrieved document id is the expected source (``expected``, default the
+        answer-bearing one: :attr:`source`)."""
+        want = self.source if expected is None else expected
+        if not want:
+            return False
+        return doc_id == want if "#" in want else doc_id.startswith(want + "#")
 
 
 def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[Question]:
@@ -49,8 +77,12 @@ def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[Question]:
             continue
         try:
             row = json.loads(line)
+            sources = row.get("sources") or ([row["source"]] if row.get("source") else [])
+            if isinstance(sources, str):
+                sources = [sources]
             out.append(Question(str(row["id"]), row["question"], row.get("answer_span", ""), row.get("source", ""),
-                                bool(row.get("copy", True))))
+                                bool(row.get("copy", bool(sources))), tuple(str(x) for x in sources),
+                                str(row.get("kind", ""))))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}:{lineno}: not a question record ({exc})") from exc
     return out

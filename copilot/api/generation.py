@@ -72,6 +72,9 @@ class Outcome:
         prompt_tokens / completion_tokens: token counts for OpenAI-style ``usage``.
         cited: source numbers the answer cites (each names a source; invalid ones were
             removed and are listed in ``stats["invalid_citations"]``).
+        quotes / unverified: the answer's literals found in a shown source / in none
+            (:mod:`copilot.quotes`, as dicts).
+        not_found: the sources do not answer the question (:mod:`copilot.grounding`).
     """
 
     text: str
@@ -80,6 +83,13 @@ class Outcome:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cited: list[int] = field(default_factory=list)
+    quotes: list[dict[str, Any]] = field(default_factory=list)
+    unverified: list[dict[str, Any]] = field(default_factory=list)
+    not_found: bool = False
+
+    def trust(self) -> dict[str, Any]:
+        """``quotes``, ``unverified`` and ``not_found`` as the responses carry them."""
+        return {"quotes": self.quotes, "unverified": self.unverified, "not_found": self.not_found}
 
 
 class GenerationRun:
@@ -186,7 +196,8 @@ class GenerationRun:
         result = assembler.result
         completion = len(result.token_ids) if result is not None else self.service.count_tokens(answer.text)
         return Outcome(answer.text, answer.finish_reason, answer.stats, len(assembler.prepared.prompt.input_ids),
-                       completion, answer.cited)
+                       completion, answer.cited, [q.to_dict() for q in answer.quotes],
+                       [u.to_dict() for u in answer.unverified], answer.not_found)
 
 
 def start(request: Request, service: CopilotService, worker: GenerationWorker, metrics: Metrics, question: str, *,

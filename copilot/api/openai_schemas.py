@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from copilot.api.schemas import Filters, JSONObject, Seed, SourceOut, Text, logits_settings
+from copilot.api.schemas import Filters, JSONObject, Seed, QuoteOut, SourceOut, UnverifiedOut, Text, logits_settings
 
 
 class ContentPart(BaseModel):
@@ -205,6 +205,11 @@ class ChatCompletion(BaseModel):
     usage: Usage
     system_fingerprint: str | None = None
     sources: list[SourceOut] = Field(description="OpsCopilot extension: the numbered passages")
+    quotes: list[QuoteOut] = Field(default_factory=list, description="OpsCopilot extension: literals of the answer "
+                                   "found in a source")
+    unverified: list[UnverifiedOut] = Field(default_factory=list, description="OpsCopilot extension: literals of "
+                                            "the answer found in no source")
+    not_found: bool = Field(False, description="OpsCopilot extension: the sources do not answer the question")
     stats: dict[str, Any] = Field(description="OpsCopilot extension: decoding statistics")
 
 
@@ -221,7 +226,8 @@ class ChunkChoice(BaseModel):
 
 
 class ChatCompletionChunk(BaseModel):
-    """One streamed event; the chunk with ``finish_reason`` also carries ``sources`` and ``stats``;
+    """One streamed event; the chunk with ``finish_reason`` also carries ``sources``, ``quotes``,
+    ``unverified``, ``not_found`` and ``stats``;
     with ``stream_options.include_usage`` a last chunk has empty ``choices`` and the ``usage``."""
 
     id: str
@@ -231,6 +237,9 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChunkChoice]
     usage: Usage | None = None
     sources: list[SourceOut] | None = None
+    quotes: list[QuoteOut] | None = None
+    unverified: list[UnverifiedOut] | None = None
+    not_found: bool | None = None
     stats: dict[str, Any] | None = None
 
 

@@ -113,12 +113,42 @@ class SourceOut(BaseModel):
                    chunks=[ChunkMatch(chunk_id=p.chunk.chunk_id, score=round(p.score, 6)) for p in s.passages])
 
 
+class QuoteOut(BaseModel):
+    """A literal of the answer found verbatim (whitespace-normalised) in a shown source."""
+
+    literal: str = Field(description="the literal as the answer writes it")
+    kind: str = Field(description="code | command | path | setting | error | host | name | ticket | date | value")
+    answer_start: int = Field(description="character offset of the literal in the answer")
+    answer_end: int
+    n: int = Field(description="the source that holds it ([n])")
+    doc_id: str
+    chunk_id: str
+    start: int = Field(description="character offset in that chunk's text (GET the document's chunks)")
+    end: int
+    highlight: int | None = Field(None, description="index of the source's evidence line that holds it")
+
+
+class UnverifiedOut(BaseModel):
+    """A literal of the answer found in no shown source: check it before running it."""
+
+    literal: str
+    kind: str
+    answer_start: int
+    answer_end: int
+    in_question: bool = Field(False, description="the question names it (the sources do not)")
+
+
 class AskResponse(BaseModel):
     """``POST /v1/ask`` (non-streaming): ``[n]`` in ``answer`` cites ``sources[n-1]``."""
 
     answer: str
     sources: list[SourceOut]
     cited: list[int] = Field(description="source numbers the answer cites, in order of first citation")
+    quotes: list[QuoteOut] = Field(default_factory=list, description="literals of the answer found in a source")
+    unverified: list[UnverifiedOut] = Field(default_factory=list, description="literals of the answer found in no "
+                                            "source: not in the sources, check before running")
+    not_found: bool = Field(False, description="the sources do not answer the question: the answer says so and "
+                            "lists the closest entries (stats.grounding.reason says why)")
     stats: dict[str, Any]
 
 

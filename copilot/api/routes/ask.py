@@ -29,12 +29,17 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
 
     Sources are documents (one entry each, matched chunks under it) with evidence lines
     (``highlights``); a ``[n]`` the model wrote that names no source is removed
-    (``stats.invalid_citations``); ``cited`` lists the sources the answer cites.
+    (``stats.invalid_citations``); ``cited`` lists the sources the answer cites. Every literal
+    of the answer (command, path, error string, host, ticket, value) is checked against the
+    sources: ``quotes`` name where each was found (source, chunk, offsets), ``unverified``
+    lists those found in none. When the sources do not answer (a named host, ticket, error or
+    day in none of them, or no evidence close to the question), ``not_found`` is true and the
+    answer says so and lists the closest entries, without running the model.
 
     With ``"stream": true`` the response is ``text/event-stream``: one ``sources`` event
     (``{"sources": [...]}``, before the answer starts), ``delta`` events (``{"text": ...}``;
     they add up to the final answer), then one ``done`` event with ``answer``, ``sources``,
-    ``cited`` and ``stats`` (or an ``error`` event with ``detail`` if generation failed). Errors: 413 question over the
+    ``cited``, ``quotes``, ``unverified``, ``not_found`` and ``stats`` (or an ``error`` event with ``detail`` if generation failed). Errors: 413 question over the
     prompt budget, 422 invalid request, 503 queue full (with Retry-After) or no model.
     """
     started = time.perf_counter()
@@ -64,10 +69,11 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
                 return
             outcome = run.outcome()
             yield {"event": "done", "data": json.dumps({"answer": outcome.text, "sources": sources_out(outcome.cited),
-                                                        "cited": outcome.cited, "stats": outcome.stats})}
+                                                        "cited": outcome.cited, **outcome.trust(),
+                                                        "stats": outcome.stats})}
 
         return EventSourceResponse(sse())
 
     outcome = await run.complete(request)
     return AskResponse(answer=outcome.text, sources=sources_out(outcome.cited), cited=outcome.cited,
-                       stats=outcome.stats)
+                       **outcome.trust(), stats=outcome.stats)

@@ -45,13 +45,16 @@ ERRORS = {code: {"model": OpenAIError} for code in (400, 401, 403, 404, 413, 422
 
 #: Opens the sources footer of a message's content.
 FOOTER_HEADING = "\n\nSources:\n"
-_FOOTER_LINE = re.compile(r"\[\d+\] .*")
+_FOOTER_LINE = re.compile(r"\[\d+\] .*|Not in the sources — check before running: .*")
+#: Opens the footer's list of literals found in no source.
+UNVERIFIED_HEADING = "\nNot in the sources — check before running: "
 
 
-def sources_footer(sources: list[SourceOut]) -> str:
+def sources_footer(sources: list[SourceOut], unverified: list[dict] = ()) -> str:
     """The footer listing ``sources`` for a message's content (empty without sources): a blank
     line, ``Sources:``, then ``[n] title — source, date`` per source (title, else key, else
-    document id; the date when known)."""
+    document id; the date when known); then, when the answer states literals found in no
+    source, a line ``Not in the sources — check before running: `a`, `b```."""
     if not sources:
         return ""
     lines = []
@@ -59,7 +62,11 @@ def sources_footer(sources: list[SourceOut]) -> str:
         title = " ".join((s.title or s.key or s.doc_id).split())
         where = s.source + (f", {s.created[:10]}" if s.created else "")
         lines.append(f"[{s.n}] {title} — {where}")
-    return FOOTER_HEADING + "\n".join(lines)
+    footer = FOOTER_HEADING + "\n".join(lines)
+    literals = list(dict.fromkeys(u["literal"] for u in unverified))
+    if literals:
+        footer += UNVERIFIED_HEADING + ", ".join(f"`{x}`" for x in literals)
+    return footer
 
 
 def strip_sources_footer(text: str) -> str:
@@ -137,7 +144,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         def chunk(**fields) -> str:
             data = ChatCompletionChunk(id=completion_id, created=created, model=body.model, **fields) \
                 .model_dump(mode="json")
-            for key in ("usage", "sources", "stats"):  # extension fields only where they apply
+            for key in ("usage", "sources", "quotes", "unverified", "not_found", "stats"):  # extensions where they apply
                 if data[key] is None:
                     del data[key]
             for choice in data["choices"]:
@@ -156,11 +163,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                 return
             outcome = run.outcome()
             out = _sources(sources, outcome)
-            footer = sources_footer(out) if settings.openai_sources_footer else ""
+            footer = sources_footer(out, outcome.unverified) if settings.openai_sources_footer else ""
             if footer:
                 yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=footer), finish_reason=None)])}
             yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=_finish_reason(outcome.finish_reason))],
-                                 sources=out, stats=outcome.stats)}
+                                 sources=out, **outcome.trust(), stats=outcome.stats)}
             if include_usage:
                 yield {"data": chunk(choices=[], usage=_usage(outcome))}
             yield {"data": "[DONE]"}
@@ -169,11 +176,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
 
     outcome = await run.complete(request)
     out = _sources(sources, outcome)
-    content = outcome.text + (sources_footer(out) if settings.openai_sources_footer else "")
+    content = outcome.text + (sources_footer(out, outcome.unverified) if settings.openai_sources_footer else "")
     return ChatCompletion(id=completion_id, created=created, model=body.model,
                           choices=[Choice(message=AssistantMessage(content=content),
                                           finish_reason=_finish_reason(outcome.finish_reason))],
-                          usage=_usage(outcome), sources=out, stats=outcome.stats)
+                          usage=_usage(outcome), sources=out, **outcome.trust(), stats=outcome.stats)
 
 
 def _usage(outcome: generation.Outcome) -> Usage:

@@ -32,6 +32,9 @@
     answer: "",            // the answer text so far (the final one once done)
     sources: new Map(),    // n -> source
     serverCited: null,     // Set of n the server says are cited (done.cited / source.cited), if it said
+    quotes: [],            // done.quotes: literals found in a source (answer offsets, source n, evidence line)
+    unverified: [],        // done.unverified: literals found in no source
+    notFound: false,       // done.not_found: the sources do not answer the question
     streaming: false,
     failed: false,         // the request failed: no "no answer" placeholder
     controller: null,      // AbortController of the request in flight
@@ -204,9 +207,64 @@
     return nodes;
   }
 
+  function copyButton(text) {
+    const button = h("button", { type: "button", className: "copy", "aria-label": `Copy ${text}`, title: "Copy" }, "Copy");
+    button.addEventListener("click", async (e) => {
+      e.preventDefault();
+      e.stopPropagation();
+      try {
+        await navigator.clipboard.writeText(text);
+        button.textContent = "Copied";
+      } catch {
+        button.textContent = "Select and copy";
+      }
+    });
+    return button;
+  }
+
+  // One literal of the answer: quoted (a link to its evidence line, a copy button on commands)
+  // or unverified (marked: not in the sources).
+  function literalNode(text, mark) {
+    if (mark.verified) {
+      const link = h("a", {
+        className: "quote", href: `#source-${mark.n}`, "data-n": mark.n,
+        "data-highlight": Number.isInteger(mark.highlight) ? mark.highlight : "",
+        title: `Quoted from source [${mark.n}]`,
+      }, text);
+      const command = mark.kind === "command" || mark.kind === "code";
+      return h("span", { className: "literal verified" }, link, command && copyButton(text));
+    }
+    return h("span", { className: "literal" },
+      h("mark", { className: "unverified", title: "Not in the sources: check before running" }, text),
+      h("span", { className: "warn" }, " (not in the sources — check before running)"));
+  }
+
+  // The answer with its checked literals marked (once done), citations linked in between.
+  function markedNodes(text) {
+    const marks = [...state.quotes.map((q) => ({ ...q, verified: true })),
+      ...state.unverified.map((u) => ({ ...u, verified: false }))]
+      .sort((a, b) => Number(a.answer_start) - Number(b.answer_start));
+    const nodes = [];
+    let last = 0;
+    for (const mark of marks) {
+      const start = Number(mark.answer_start), end = Number(mark.answer_end);
+      if (!Number.isInteger(start) || !Number.isInteger(end) || start < last || end > text.length || end <= start) continue;
+      nodes.push(...answerNodes(text.slice(last, start)), literalNode(text.slice(start, end), mark));
+      last = end;
+    }
+    nodes.push(...answerNodes(text.slice(last)));
+    return nodes;
+  }
+
   function renderAnswer() {
     state.renderQueued = false;
-    const nodes = answerNodes(state.answer);
+    const nodes = state.streaming ? answerNodes(state.answer) : markedNodes(state.answer);
+    if (state.notFound) nodes.unshift(h("p", { className: "not-found" }, "The sources do not answer this question."));
+    const flagged = [...new Set(state.unverified.map((u) => u.literal))];
+    if (!state.streaming && flagged.length) {
+      nodes.push(h("p", { className: "unverified-list" }, "Not in the sources — check before running: ",
+        ...flagged.flatMap((l, i) => [i ? ", " : "", h("code", {}, l)])));
+    }
     if (state.streaming) nodes.push(h("span", { className: "caret", "aria-hidden": "true" }));
     else if (!state.answer && !state.failed) nodes.push(h("span", { className: "placeholder" }, "(The model gave no answer.)"));
     ui.answer.replaceChildren(...nodes);
@@ -251,7 +309,8 @@
     const highlights = Array.isArray(s.highlights)
       ? s.highlights.filter((line) => typeof line === "string" && line.trim()) : [];
     const body = highlights.length
-      ? h("ul", { className: "highlights", "aria-label": "Matching lines" }, ...highlights.map((l) => h("li", {}, l)))
+      ? h("ul", { className: "highlights", "aria-label": "Matching lines" },
+        ...highlights.map((l, i) => h("li", { id: `source-${n}-line-${i}` }, l)))
       : h("p", { className: "snippet" }, s.snippet || "");
 
     const href = documentHref(s);
@@ -341,6 +400,9 @@
     if (Array.isArray(payload.sources)) renderSources(payload.sources);
     if (typeof payload.answer === "string") state.answer = payload.answer; // final text: marks and cuts applied
     if (Array.isArray(payload.cited)) state.serverCited = new Set(payload.cited.map(Number));
+    state.quotes = Array.isArray(payload.quotes) ? payload.quotes.filter((q) => q && typeof q === "object") : [];
+    state.unverified = Array.isArray(payload.unverified) ? payload.unverified.filter((u) => u && typeof u === "object") : [];
+    state.notFound = payload.not_found === true;
     renderAnswer();
     ui.stats.textContent = statsText(payload.stats);
     setPhase("done");
@@ -365,7 +427,8 @@
     if (key) headers.Authorization = `Bearer ${key}`;
 
     clearError();
-    Object.assign(state, { answer: "", sources: new Map(), serverCited: null, streaming: true, failed: false });
+    Object.assign(state, { answer: "", sources: new Map(), serverCited: null, quotes: [], unverified: [], notFound: false,
+      streaming: true, failed: false });
     ui.sources.replaceChildren();
     ui.sourcesCount.textContent = "";
     ui.answer.dataset.deltas = "0";
@@ -462,14 +525,21 @@
     ui.key.focus();
   });
   ui.answer.addEventListener("click", (e) => {
-    const link = e.target.closest("a.cite");
+    const link = e.target.closest("a.cite, a.quote");
     if (!link) return;
     e.preventDefault();
     focusSource(Number(link.dataset.n));
+    const line = link.dataset.highlight !== undefined && link.dataset.highlight !== ""
+      ? $(`source-${link.dataset.n}-line-${link.dataset.highlight}`) : null;
+    if (line) {
+      line.classList.remove("flash");
+      void line.offsetWidth;
+      line.classList.add("flash");
+    }
   });
   for (const type of ["mouseover", "mouseout", "focusin", "focusout"]) {
     ui.answer.addEventListener(type, (e) => {
-      const link = e.target.closest("a.cite");
+      const link = e.target.closest("a.cite, a.quote");
       const card = link && $(`source-${link.dataset.n}`);
       if (card) card.classList.toggle("linked", type === "mouseover" || type === "focusin");
     });
