@@ -61,7 +61,8 @@ class Settings(BaseSettings):
     # retrieval and prompting
     top_k: int | None = Field(None, ge=1, le=100, description="source documents per question (default: the "
                               "prompt style's)")
-    prompt_style: str = Field("default", description="how sources are shown to the model: a name from "
+    prompt_style: str = Field("default", description="how sources are shown to the model: default (the measured "
+                              "best for the target's family) or a name from "
                               "copilot.prompting.PROMPT_STYLES (tuned by copilot eval answers)")
     max_new_tokens: int = Field(256, ge=0)
     max_new_tokens_cap: int = Field(1024, ge=1, description="requests asking for more get 422")
@@ -102,10 +103,9 @@ class Settings(BaseSettings):
     @field_validator("prompt_style")
     @classmethod
     def _known_style(cls, v: str) -> str:
-        from copilot.prompting import DEFAULT_STYLE, PROMPT_STYLES
+        from copilot.prompting import PROMPT_STYLES
 
-        v = DEFAULT_STYLE if v == "default" else v
-        if v not in PROMPT_STYLES:
+        if v != "default" and v not in PROMPT_STYLES:
             raise ValueError(f"unknown prompt style {v!r}; known: {', '.join(PROMPT_STYLES)}")
         return v
 

@@ -10,7 +10,7 @@ repeat on other hosts and days, so a source about the same error on another host
   (:func:`entity_order`, used by :meth:`copilot.service.CopilotService.search`), and
 - decides, before any token is generated, whether the shown sources support an answer
   (:func:`assess`): every named entity must appear in some shown source, and the best
-  evidence line must be close enough to the question (cosine of their sentence embeddings
+  evidence line of a question that names no entity must be close enough to it (cosine of their sentence embeddings
   at least :data:`MIN_SUPPORT`, calibrated on the question sets: ``copilot eval answers``
   reports false "not found"s). When they do not, the service answers "not found" with the
   closest entries and never runs the model, so the exactness contract is untouched.
@@ -193,8 +193,9 @@ def assess(question: str, shown: Sequence[DocumentText], highlights: Sequence[st
     """Decide whether the shown sources can answer ``question``.
 
     Not answerable when a named entity (host, ticket, error code, path, setting, day) is held
-    by no shown source, or when the best evidence line's similarity to the question is below
-    ``min_support``.
+    by no shown source; or, for a question that names none, when the best evidence line's
+    similarity to the question is below ``min_support`` (a question whose named entities the
+    sources hold is about those entries, however it is phrased).
 
     Args:
         question: the operator's question.
@@ -209,6 +210,8 @@ def assess(question: str, shown: Sequence[DocumentText], highlights: Sequence[st
     support = evidence_support(question, highlights, embedder)
     if missing:
         return Grounding(False, f"no retrieved entry mentions {', '.join(missing)}", missing, support, labels)
+    if labels:  # every entity it names is in a shown source: the question is about those entries
+        return Grounding(True, "", [], support, labels)
     if support is not None and support < min_support:
         return Grounding(False, f"no evidence line is close to the question (similarity {support:.2f} < "
                                 f"{min_support:.2f})", [], support, labels)

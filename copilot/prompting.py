@@ -102,6 +102,21 @@ PROMPT_STYLES: dict[str, PromptStyle] = {
                                                answer_hint=CITE_HINT),
 }
 DEFAULT_STYLE = "highlights-3-short"
+#: The measured best style per model family (``config.model_type``); others get :data:`DEFAULT_STYLE`.
+FAMILY_STYLES: dict[str, str] = {"llama": "highlights-3-short", "qwen2": "code-lines-3"}
+
+
+def style_name(setting: str, model_type: str | None) -> str:
+    """The style a ``prompt_style`` setting names: itself, or for ``"default"`` the measured best
+    of the target's family (:data:`FAMILY_STYLES`).
+
+    Raises:
+        KeyError: an unknown style name.
+    """
+    name = FAMILY_STYLES.get(model_type or "", DEFAULT_STYLE) if setting == "default" else setting
+    if name not in PROMPT_STYLES:
+        raise KeyError(f"unknown prompt style {name!r}; known: {', '.join(PROMPT_STYLES)}")
+    return name
 
 
 @dataclass(frozen=True)

@@ -269,9 +269,11 @@ def _command_runs(tokens: list) -> list[list[tuple]]:
         if not commandish or word.lower() in _SENTENCE_WORDS and current and current[-1][2] is not None:
             close()
             continue
+        if raw[:1] in "([{":  # a parenthesis opens: not part of the command before it
+            close()
         current.append(t)
         trailing = raw[len(raw.rstrip(_STRIP + _TRAIL)):]
-        if any(c in ".,;:!?" for c in trailing) or len(current) >= MAX_RUN_TOKENS:
+        if any(c in ".,;:!?)]}" for c in trailing) or len(current) >= MAX_RUN_TOKENS:
             close()  # the sentence (or clause) ends here
     close()
     return runs

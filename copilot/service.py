@@ -13,7 +13,7 @@ import torch
 from copilot.config import Settings
 from copilot.citations import CitationFilter, cited_numbers
 from copilot.prompting import (NO_CONTEXT_ANSWER, PROMPT_STYLES, BuiltPrompt, ChatTurn, PromptStyle,
-                               PromptTooLongError, bare_prompt_tokens, build_prompt)
+                               PromptTooLongError, bare_prompt_tokens, build_prompt, style_name)
 from copilot.grounding import DocumentText, Grounding, assess, entity_order, not_found_answer, question_entities
 from copilot.quotes import Quote, Unverified, check_literals
 from copilot.retrieval import HybridRetriever, Passage
@@ -170,7 +170,9 @@ class CopilotService:
         self.store = store
         self.retriever = HybridRetriever(store)
         self.engine = engine
-        self.style: PromptStyle = PROMPT_STYLES[settings.prompt_style]
+        model_type = getattr(getattr(getattr(engine, "target", None), "model", None), "config", None)
+        self.style_name = style_name(settings.prompt_style, getattr(model_type, "model_type", None))
+        self.style: PromptStyle = PROMPT_STYLES[self.style_name]
         self.draft_loader: LeanDraftLoader | None = None
         self._draft_attach: threading.Thread | None = None
         if engine is None:

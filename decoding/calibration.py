@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -101,3 +102,31 @@ def calibrate(target: PreTrainedModel, draft: PreTrainedModel | None, max_tokens
         return CostModel(tuple(verify))
     feed = measure_draft_feed_ms(draft, max_tokens, context_tokens, repeats)
     return CostModel(tuple(verify), feed[0], feed)
+
+
+@torch.inference_mode()
+def measure_agreement(target: PreTrainedModel, draft: PreTrainedModel, prompt_ids: Sequence[int],
+                      answer_tokens: int = 24) -> float:
+    """Teacher-forced top-1 agreement of ``draft`` with ``target`` on the target's greedy answer
+    to ``prompt_ids``: the share of the ``answer_tokens`` positions where both argmaxes agree,
+    in [0, 1]. The policy starts the draft model's acceptance from it
+    (:meth:`~decoding.policy.AcceptanceTable.set_prior`); under the generic prior a draft only
+    2× cheaper than the target is never tried, so it would never be measured either.
+
+    Args:
+        target, draft: transformers causal LMs with one vocabulary (same device).
+        prompt_ids: a prompt (≥ 1 token), e.g. :func:`decoding.lean_draft.calibration_prompt`.
+        answer_tokens: positions compared.
+    """
+    device = next(target.parameters()).device
+    ids = [int(t) for t in prompt_ids]
+    cache = PreallocatedCache(len(ids) + answer_tokens)
+    x, answer = torch.tensor([ids], device=device), []
+    for _ in range(answer_tokens):  # the target's greedy answer
+        nxt = int(target(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
+        answer.append(nxt)
+        x = torch.tensor([[nxt]], device=device)
+    full = torch.tensor([ids + answer[:-1]], device=device)
+    logits = draft(input_ids=full, cache=PreallocatedCache(full.shape[1]), use_cache=True,
+                   logits_to_keep=len(answer)).logits[0]
+    return float((logits.argmax(-1).cpu() == torch.tensor(answer)).float().mean())

@@ -25,7 +25,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from decoding.calibration import calibrate, measure_draft_feed_ms
+from decoding.calibration import calibrate, measure_agreement, measure_draft_feed_ms
 from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer
 from decoding.draft_model_drafter import DraftModelDrafter, check_compatible
@@ -150,6 +150,16 @@ def draft_segments(decision: Decision, drafters: dict[str, Drafter], stats: Gene
     return drafts
 
 
+def _measure_draft_agreement(target: LoadedModel, draft: LoadedModel, context_tokens: int = 600,
+                             answer_tokens: int = 24) -> float:
+    """The draft's agreement with the target on a built-in ops RAG prompt (fits the context window)."""
+    from decoding.lean_draft import calibration_prompt
+
+    room = max(1, min(context_tokens, target.max_positions, draft.max_positions) - answer_tokens - 1)
+    ids = calibration_prompt(target.tokenizer, room)[-room:]
+    return measure_agreement(target.model, draft.model, ids, answer_tokens)
+
+
 class SpeculativeEngine:
     """Exact speculative decoding over one target model.
 
@@ -165,6 +175,9 @@ class SpeculativeEngine:
         max_speculative_tokens: the largest γ calibrated for.
         draft_min_confidence: the draft model stops below this top probability.
         answer_history: recent answers the n-gram drafter also drafts from (0 = none).
+        draft_agreement: the draft model's top-1 agreement with the target in [0, 1], the
+            policy's prior for it; ``None`` measures it now on a built-in RAG prompt
+            (:func:`~decoding.calibration.measure_agreement`, 24 target steps).
 
     The engine keeps, for all its requests, one :class:`AcceptanceTable` (acceptance
     measured on earlier answers sets the policy's expectations for the next one) and one
@@ -180,7 +193,7 @@ class SpeculativeEngine:
                  drafters: Sequence[Drafter] | None = None, costs: CostModel | None = None,
                  policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 1,
                  max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2,
-                 answer_history: int = 32) -> None:
+                 answer_history: int = 32, draft_agreement: float | None = None) -> None:
         if draft is not None:
             check_compatible(target, draft)
         self.target = target
@@ -191,9 +204,14 @@ class SpeculativeEngine:
         if drafters is None:
             drafters = [NGramDrafter(max_ngram, min_ngram, history=self.history)]
             if draft is not None:
-                drafters.append(DraftModelDrafter(draft, target, draft_min_confidence,
-                                                  step_ms=self.costs.draft_step_ms,
-                                                  feed_ms=self.costs.draft_feed_ms))
+                drafter = DraftModelDrafter(draft, target, draft_min_confidence, step_ms=self.costs.draft_step_ms,
+                                            feed_ms=self.costs.draft_feed_ms)
+                drafters.append(drafter)
+                if draft_agreement is None:
+                    draft_agreement = _measure_draft_agreement(target, draft)
+                self.acceptance.set_prior(drafter.name, draft_agreement, draft_agreement)
+                log.info("draft model %s: top-1 agreement %.2f with the target (the policy's prior)", draft.name,
+                         draft_agreement)
         self.drafters: list[Drafter] = list(drafters)
         names = [d.name for d in self.drafters]
         if len(set(names)) != len(names):

@@ -42,6 +42,7 @@ class Question:
     kind: str = ""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(self.sources))
         if not self.sources and self.source:
             object.__setattr__(self, "sources", (self.source,))
         if self.sources and not self.source:
