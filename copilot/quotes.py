@@ -33,24 +33,29 @@ MAX_LEAD_WORDS = 3
 
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.MULTILINE | re.DOTALL)
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
-_VALUE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?\s?(?:%|(?:[KMGTPE]i?B|[kMGT]?bps|[KMGT]B/s|ms|s|sec|seconds?|mins?|"
+_VALUE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?\s?(?:%|(?:[KMGTPE]i?B|[KMGTP](?=\s|$)|[kMGT]?bps|[KMGT]B/s|ms|s|sec|seconds?|mins?|"
                     r"minutes?|h|hours?|days?|Gb|Mb|[kKMG]Hz|W|kW|°C|C)(?![\w/]))")
-_SPACED_SETTING = re.compile(r"(?<![\w.])[A-Za-z_][\w.]*[A-Za-z0-9_] ?= ?[^\s,;'\"`)]*[^\s,;.:'\"`)]")
+_SPACED_SETTING = re.compile(r"(?<![\w.])[A-Za-z_][\w.]*[A-Za-z0-9_](?: = ?| ?= )[^\s,;'\"`)]*[^\s,;.:'\"`)]")
 _TOKEN = re.compile(r"\S+")
+_CITED_END = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]$")
 _STRIP = "\"'“”‘’()[]{}<>,;!?*"
 _TRAIL = ".:"
 
 _KINDS: list[tuple[str, re.Pattern]] = [
     ("ticket", re.compile(r"^(?:[A-Z][A-Z0-9]+-\d+|#\d{3,})$")),
-    ("date", re.compile(r"^\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d)?Z?)?$")),
+    ("date", re.compile(r"^\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?$")),
+    ("path", re.compile(r"^[a-z][\w+.-]*://\S+$")),  # a URL
     ("error", re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")),
     ("path", re.compile(r"^(?:~?/|\./|\.\./)[^\s/]*(?:/[^\s/]*)*[\w/]$")),
+    ("path", re.compile(r"^(?=\S*[\d.-])[\w.{},*~-]+(?:/[\w.{},*~-]+)+/?$")),  # relative: logs/x.log, et-0/0/2
     ("setting", re.compile(r"^[A-Za-z_][\w.-]*=\S+$")),
     ("host", re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?|(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.[\w-]{2,}(?::\d+)?)$")),
-    ("name", re.compile(r"^(?=[\w@:.-]*\d)(?=[\w@:.-]*[A-Za-z])[A-Za-z][\w-]*\d[\w-]*$|^\S*@\S+$|^\w+::\w+")),
+    ("name", re.compile(r"^(?=[\w@:.-]*\d)(?=[\w@:.-]*[A-Za-z])[A-Za-z][\w-]*\d[\w-]*$|^\S*@\S+$|^\w+::\w+"
+                        r"|^[A-Za-z][\w-]*_[\w-]*$"  # snake_case identifiers: condor_reconfig, rx_missed_errors
+                        r"|^(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}$")),  # commit and object ids
 ]
 _FLAG = re.compile(r"^--?[A-Za-z][\w-]*(?:=\S+)?$")
-_PLAIN = re.compile(r"^[a-z][a-z0-9_.+-]*$")
+_PLAIN = re.compile(r"^(?:[a-z][a-z0-9_.+-]*|\d+)$")
 #: Words that start a command line (a run led by one needs only one technical token).
 COMMAND_VERBS = frozenset("systemctl sudo yum dnf rpm apt apt-get kubectl helm docker podman eos cta-admin xrdcp xrdfs "
                           "gfal-copy gfal-ls gfal-rm fts-rest-transfer-submit fts-set-priority voms-proxy-init ceph "
@@ -175,7 +180,7 @@ def extract_literals(text: str) -> list[Literal]:
 
     Code spans (inline backticks, any run length; fenced blocks line by line) first; then,
     outside them, ``key = value`` settings, numbers with units, command lines (a run of command-like tokens holding a
-    flag or two technical tokens) and single technical tokens (:func:`token_kind`).
+    flag or led by a command verb) and single technical tokens (:func:`token_kind`).
 
     Args:
         text: an answer (any length, any Unicode).
@@ -206,6 +211,7 @@ def extract_literals(text: str) -> list[Literal]:
         inner, s = m.group(2), m.start(2)
         if inner.startswith(" ") and inner.endswith(" ") and inner.strip():
             inner, s = inner[1:-1], s + 1
+        inner = _CITED_END.sub("", inner)  # a citation copied into the span: `cmd [1]`
         if inner.strip():
             take(s, s + len(inner), "code")
         taken[m.start():m.end()] = [True] * (m.end() - m.start())
@@ -240,8 +246,8 @@ def _lines(text: str):
 
 
 def _command_runs(tokens: list) -> list[list[tuple]]:
-    """Runs of consecutive command-like tokens that hold a flag, or two technical tokens, or a
-    technical token after a :data:`COMMAND_VERBS` word; sentence words at either end are dropped, and plain
+    """Runs of consecutive command-like tokens that hold a flag or start with a
+    :data:`COMMAND_VERBS` word; sentence words at either end are dropped, and plain
     words before the first technical token beyond :data:`MAX_LEAD_WORDS`."""
     runs, current = [], []
 
@@ -254,9 +260,8 @@ def _command_runs(tokens: list) -> list[list[tuple]]:
         while current and current[-1][2] is None and not _FLAG.match(current[-1][0]):
             current.pop()
         flags = sum(1 for t in current if _FLAG.match(t[0]))
-        technical = sum(1 for t in current if t[2] is not None)
         verb_lead = bool(current) and current[0][0] in COMMAND_VERBS
-        if len(current) >= 2 and (flags or technical >= 2 or (technical and verb_lead)):
+        if len(current) >= 2 and (flags or verb_lead):
             runs.append(list(current))
         current.clear()
 

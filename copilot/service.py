@@ -24,6 +24,7 @@ from decoding.engine import GenerationResult
 from decoding.logits import effective_settings
 from decoding.stats import GenerationStats
 from decoding.lean_draft import MIN_AGREEMENT, MIN_STEP_RATIO, LeanDraftLoader
+from decoding.embedded import QWEN_CODER_05B, QWEN_CODER_15B, find_embedded
 from decoding.models import LoadedModel, load_model, resolve_device
 from ingestion.documents import SearchFilter
 from ingestion.store import ChunkStore, open_store
@@ -122,11 +123,14 @@ class AnswerAssembler:
 
 
 def auto_draft_plan(settings: Settings) -> str | None:
-    """What ``draft_model = "auto"`` builds here: ``derived:int4`` on a CPU target (the
-    lean packed-int4 copy, :mod:`decoding.lean_draft`, kept only when its calibration at
-    start shows it pays), none elsewhere. ``None`` when no draft model will be tried."""
+    """What ``draft_model = "auto"`` uses here: the embedded Qwen2.5-Coder 0.5B for the embedded
+    1.5B target (same family, same tokenizer); on a CPU otherwise ``derived:int4`` (the lean
+    packed-int4 copy, :mod:`decoding.lean_draft`, kept only when its calibration at start shows
+    it pays); none elsewhere. ``None`` when no draft model will be tried."""
     if settings.draft_model != AUTO_DRAFT:
         return None
+    if find_embedded(settings.target_model) is QWEN_CODER_15B:
+        return QWEN_CODER_05B.name
     return LEAN_DRAFT if resolve_device(settings.device).type == "cpu" else None
 
 
@@ -137,23 +141,29 @@ def draft_model_plan(settings: Settings) -> str:
         return "none (COPILOT_DRAFT_MODEL is empty): the n-gram drafter alone"
     if spec != AUTO_DRAFT:
         return f"{spec}, loaded at start"
-    if auto_draft_plan(settings):
+    plan = auto_draft_plan(settings)
+    if plan == LEAN_DRAFT:
         return ("auto: derived:int4 built in the background at start (n-gram drafting meanwhile) and kept "
                 f"only if its calibration shows it >= {MIN_STEP_RATIO}x cheaper per step than the target and "
                 f"agreeing on >= {MIN_AGREEMENT:.0%} of tokens; the outcome is logged and in /readyz")
+    if plan:
+        return f"auto: {plan} (same family and tokenizer), loaded at start"
     return "auto: none on this device (derived:int4 is a CPU recipe): the n-gram drafter alone"
 
 
 def load_draft(settings: Settings, target: LoadedModel) -> LoadedModel | None:
-    """The explicitly configured draft model: none, one derived from the target, or any HF
-    id/path (``auto`` and ``derived:int4`` are built by :class:`CopilotService`, which
+    """The draft model to load with the target: none, one derived from the target, the
+    same-family embedded draft (``auto`` with the embedded 1.5B target) or any HF id/path
+    (``auto`` otherwise and ``derived:int4`` are built by :class:`CopilotService`, which
     calibrates them)."""
-    if not settings.draft_model or settings.draft_model in (AUTO_DRAFT, LEAN_DRAFT):
+    spec = settings.draft_model
+    if spec == AUTO_DRAFT:
+        spec = auto_draft_plan(settings)
+    if not spec or spec == LEAN_DRAFT:
         return None
-    if settings.draft_model.startswith(DERIVED_PREFIX):
-        return derive_draft(target, settings.draft_model, cache_dir=settings.model_cache_dir)
-    return load_model(settings.draft_model, device=settings.device, dtype=settings.dtype,
-                      cache_dir=settings.model_cache_dir)
+    if spec.startswith(DERIVED_PREFIX):
+        return derive_draft(target, spec, cache_dir=settings.model_cache_dir)
+    return load_model(spec, device=settings.device, dtype=settings.dtype, cache_dir=settings.model_cache_dir)
 
 
 class CopilotService:
@@ -197,7 +207,8 @@ class CopilotService:
         its calibration says (asked for explicitly)."""
         spec = self.settings.draft_model
         explicit = spec == LEAN_DRAFT
-        if self.engine is None or self.draft_loader is not None or not (explicit or auto_draft_plan(self.settings)):
+        lean_auto = auto_draft_plan(self.settings) == LEAN_DRAFT
+        if self.engine is None or self.draft_loader is not None or not (explicit or lean_auto):
             return
         engine = self.engine
         loader = LeanDraftLoader(engine.target, self.settings.model_cache_dir, require_pay=not explicit)
@@ -309,8 +320,9 @@ class CopilotService:
         """The ``top_k`` best documents for ``question`` with their evidence lines (no model call).
 
         Documents holding every entity the question names (host, ticket, error code, day:
-        :mod:`copilot.grounding`) come before near-duplicates that lack one; an ELOG entry
-        brings its parent or first reply along when that is not among them (one more source).
+        :mod:`copilot.grounding`) come before near-duplicates that lack one; with ``top_k`` >= 2
+        the best ELOG entry brings its parent or first reply along when that is not among them
+        (it takes the last place).
 
         Raises:
             ValueError: empty question or one longer than ``max_question_chars``.
@@ -324,7 +336,8 @@ class CopilotService:
             docs = [self._document_text(c) for c in candidates]
             candidates = [candidates[i] for i in entity_order(docs, entities)]
         chosen = candidates[:k]
-        chosen += self._linked(chosen, flt)
+        linked = self._linked(chosen, flt) if k >= 2 else []
+        chosen = chosen[:k - len(linked)] + linked
         chosen = [replace(c, n=i + 1) for i, c in enumerate(chosen)]
         return with_highlights(question, chosen, self.store.embedder)
 
@@ -335,8 +348,8 @@ class CopilotService:
         return DocumentText(source.doc_id, "\n".join(c.text for c in chunks), (str(created),) if created else ())
 
     def _linked(self, chosen: list[Source], flt: SearchFilter | None) -> list[Source]:
-        """The ELOG parent (or first reply) of the best source, when not already chosen and
-        within the filter (at most one source)."""
+        """The ELOG parent (or first reply) of the best source as a source, when not already
+        chosen and no filter is set (at most one; numbered later)."""
         if not chosen or flt is not None and flt != SearchFilter():
             return []
         meta = chosen[0].metadata

@@ -108,6 +108,24 @@ class DraftModelDrafter:
         self._target_cache = None
         if self.share_target_prefill and isinstance(request.target_cache, DynamicCache):
             self._target_cache = request.target_cache
+        elif request.prefill_draft and len(self._committed) > 1:
+            self.prefill()
+
+    @property
+    def needs_prefill(self) -> bool:
+        """The draft keeps a KV cache of its own (another layout than the target's): before its
+        first proposal it must run over the whole prompt."""
+        return not self.share_target_prefill
+
+    @torch.inference_mode()
+    def prefill(self) -> None:
+        """Run the draft over the committed tokens but the newest into its own cache now, so the
+        first proposal feeds one token (its offers' ``setup_ms`` drops to ~0)."""
+        self._start_cache()
+        ids = self._committed[:-1]
+        if max(ids) < self.model.config.vocab_size:
+            self._forward(ids, self._cache)
+            self._cached = list(ids)
 
     def observe(self, new_tokens: Sequence[int]) -> None:
         """Committed tokens, in order (the draft cache catches up lazily, at the next proposal)."""

@@ -58,17 +58,22 @@ class Draft:
         match_length: for the n-gram drafter, the length of the suffix n-gram that matched.
         unanimous: for the n-gram drafter, whether every occurrence of the matched n-gram
             continues with the same next token (ambiguous matches are accepted far less often).
+        origin: for the n-gram drafter, what it copied from: ``"passage"`` (a retrieved
+            passage), ``"output"``, ``"prompt"`` or ``"history"``; empty for a model's draft.
+            Accepted tokens copied from a passage are quoted from the sources by construction
+            (``GenerationStats.copied_from_passages``).
     """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
     match_length: int = 0
     unanimous: bool = True
+    origin: str = ""
 
     def truncated(self, n: int) -> "Draft":
         """The first ``n`` proposed tokens (and their q rows)."""
         return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n], self.match_length,
-                     self.unanimous)
+                     self.unanimous, self.origin)
 
 
 def join_drafts(drafts: Sequence[Draft]) -> Draft:
@@ -113,6 +118,8 @@ class DraftRequest:
         reproducible: a seeded sample: drafting must not depend on earlier requests.
         output_reserve: positions past the prompt a drafter's own KV cache reserves up
             front (tokens: the answer budget, capped, plus γ); it regrows past them.
+        prefill_draft: a draft model with a KV cache of its own runs over the prompt now,
+            so that its first proposal is cheap (the engine decides whether that pays).
     """
 
     prompt_ids: list[int]
@@ -121,6 +128,7 @@ class DraftRequest:
     sampling: "TokenSelector | None" = None
     reproducible: bool = False
     output_reserve: int = 0
+    prefill_draft: bool = False
 
 
 @dataclass(frozen=True)

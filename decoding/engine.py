@@ -29,14 +29,15 @@ from decoding.calibration import calibrate, measure_agreement, measure_draft_fee
 from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer
 from decoding.draft_model_drafter import DraftModelDrafter, check_compatible
-from decoding.drafter import Draft, Drafter, DraftRequest, Offer, join_drafts
+from decoding.drafter import Draft, Drafter, DraftingMode, DraftRequest, Offer, join_drafts
 from decoding.few_token_linear import few_token_passes
 from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.memory import return_freed_memory
 from decoding.logits import effective_settings
 from decoding.models import LoadedModel
 from decoding.ngram_drafter import AnswerHistory, NGramDrafter
-from decoding.policy import PLAIN, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig
+from decoding.policy import (PLAIN, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig,
+                             draft_prefill_pays)
 from decoding.sampling import TokenSelector
 from decoding.stats import GenerationStats
 from decoding.stopping import StopChecker
@@ -200,6 +201,7 @@ class SpeculativeEngine:
         self.draft = draft
         self.acceptance = AcceptanceTable(policy or PolicyConfig())
         self.history = AnswerHistory(max_ngram, min_ngram, answer_history)
+        self._typical_answer_tokens = 64.0  # moving average of answer lengths (tokens): prices a draft prefill
         self.costs = costs or calibrate(target.model, draft.model if draft else None, max_speculative_tokens + 1)
         if drafters is None:
             drafters = [NGramDrafter(max_ngram, min_ngram, history=self.history)]
@@ -338,11 +340,16 @@ class SpeculativeEngine:
             t_begin = time.perf_counter()
             drafters = [d for d in self.drafters if config.drafting.selects(d.name)] \
                 if stop.finish_reason is None else []
+            prefill_draft = self._prefill_draft(config, drafters, len(prompt), budget, stats)
             request = DraftRequest(prompt, contexts, cache, sampling, reproducible=seeded,
-                                   output_reserve=min(budget, OUTPUT_RESERVE) + config.num_speculative_tokens)
+                                   output_reserve=min(budget, OUTPUT_RESERVE) + config.num_speculative_tokens,
+                                   prefill_draft=prefill_draft)
+            t_prefill_draft = time.perf_counter()
             for d in drafters:
                 d.begin(request)
                 d.observe(committed)
+            if prefill_draft:
+                stats.drafting_ms += (time.perf_counter() - t_prefill_draft) * 1000
             by_name = {d.name: d for d in drafters}
             table = AcceptanceTable(self.acceptance.config) if seeded else self.acceptance
             policy = DrafterPolicy(self.costs, table)
@@ -364,9 +371,9 @@ class SpeculativeEngine:
                 crop_cache(cache, seq_len + n_accepted)
                 committed = stop.accept(block)
                 t_obs = time.perf_counter()
-                proposed = [(s.offer.drafter, len(d.tokens)) for s, d in zip(decision.segments, segments)]
+                proposed = [(s.offer.drafter, len(d.tokens), d.origin) for s, d in zip(decision.segments, segments)]
                 stats.record_round(proposed, n_accepted, len(committed))
-                policy.update(decision, [n for _, n in proposed], n_accepted)
+                policy.update(decision, [n for _, n, _ in proposed], n_accepted)
                 for d in drafters:
                     d.observe(committed)
                 stats.overhead_ms += (time.perf_counter() - t_obs) * 1000
@@ -377,6 +384,7 @@ class SpeculativeEngine:
                 stats.truncate(len(stop.output))
             t_history = time.perf_counter()
             self.history.add(prompt, stop.output)
+            self._typical_answer_tokens = 0.8 * self._typical_answer_tokens + 0.2 * len(stop.output)
             stats.overhead_ms += (time.perf_counter() - t_history) * 1000
             stats.decode_ms = (time.perf_counter() - t_decode) * 1000
         stats.total_ms = (time.perf_counter() - t0) * 1000
@@ -385,6 +393,25 @@ class SpeculativeEngine:
         text = stop.final_text()
         result = GenerationResult(list(stop.output), text, stop.finish_reason or "length", stats)
         yield StreamEvent(detok.finish(text), [], result)
+
+    def _prefill_draft(self, config: GenerationConfig, drafters: Sequence[Drafter], prompt_tokens: int,
+                       budget: int, stats: GenerationStats) -> bool:
+        """Whether a draft model with its own KV cache prefills the prompt for this request:
+        always when the request asks for the draft model alone; with ``auto`` when
+        :func:`~decoding.policy.draft_prefill_pays` over a typical answer (the recent answers'
+        mean length, half of it on generated spans). The decision and its numbers are in
+        ``stats.draft_prefill``."""
+        draft = next((d for d in drafters if isinstance(d, DraftModelDrafter)), None)
+        if draft is None or not draft.needs_prefill:
+            return False
+        if config.drafting is DraftingMode.DRAFT_MODEL:
+            stats.draft_prefill = "yes: the draft model alone was asked for"
+            return True
+        alpha = self.acceptance.priors.get(draft.name, (0.0, 0.0))[1]
+        expected = min(budget, self._typical_answer_tokens) / 2
+        pays, reason = draft_prefill_pays(self.costs, prompt_tokens, expected, alpha, config.num_speculative_tokens)
+        stats.draft_prefill = f"{'yes' if pays else 'no'}: {reason}"
+        return pays
 
     @staticmethod
     def _plan(config: GenerationConfig, policy: DrafterPolicy, drafters: list[Drafter], gamma_max: int,

@@ -20,6 +20,9 @@ PRIORITY_PROMPT = 0  # chat-template boilerplate, system prompt, the question
 PRIORITY_HISTORY = 1  # the engine's earlier answers (to other prompts)
 PRIORITY_PASSAGE = 2  # retrieved passages (tokenized alone)
 PRIORITY_OUTPUT = 3  # what the model has generated so far
+#: What a draft copied from, by source priority (:attr:`decoding.drafter.Draft.origin`).
+ORIGINS = {PRIORITY_PROMPT: "prompt", PRIORITY_HISTORY: "history", PRIORITY_PASSAGE: "passage",
+           PRIORITY_OUTPUT: "output"}
 
 
 class Occurrence(NamedTuple):
@@ -173,7 +176,8 @@ class NGramDrafter:
                 continue
             votes = Counter(o.source[o.continuation] for o in usable)
             best = self._best(usable, votes)
-            return Draft(list(best.source[best.continuation : best.continuation + max_tokens]), None, n, len(votes) == 1)
+            return Draft(list(best.source[best.continuation : best.continuation + max_tokens]), None, n, len(votes) == 1,
+                         ORIGINS[best.priority])
         return Draft([])
 
     @staticmethod

@@ -69,6 +69,36 @@ class CostModel:
         return table[-1] + slope * (n_tokens - len(table))
 
 
+def draft_prefill_pays(costs: CostModel, prompt_tokens: int, expected_tokens: float, agreement: float,
+                       max_gamma: int) -> tuple[bool, str]:
+    """Whether prefilling a draft model with a KV cache of its own pays over one answer.
+
+    Such a draft must first run over the whole prompt (``prompt_tokens``); at
+    ``draft_feed_ms`` extrapolated linearly that costs ``feed(prompt_tokens)`` ms. It then
+    saves, per token it drafts, the best over γ ≤ ``max_gamma`` of ``verify(1) − (γ·step +
+    verify(γ+1)) / E[γ]`` with ``E[γ] = (1 − α^(γ+1)) / (1 − α)`` tokens per round at acceptance
+    α = ``agreement`` (Leviathan et al. 2023, eq. 1). It pays when ``expected_tokens`` (the
+    tokens it would draft: generated spans of a typical answer) × that saving exceeds the
+    prefill.
+
+    Returns:
+        ``(pays, reason)`` with the numbers (ms) in the reason.
+    """
+    if costs.draft_step_ms is None:
+        return False, "no draft step cost measured"
+    table = costs.draft_feed_ms or (costs.draft_step_ms,)
+    prefill = table[-1] * prompt_tokens / len(table) if prompt_tokens > len(table) else table[prompt_tokens - 1]
+    alpha = min(max(agreement, 0.0), 0.999)
+    plain = costs.verify(1)
+    saving = max(plain - (g * costs.draft_step_ms + costs.verify(g + 1)) * (1 - alpha) / (1 - alpha ** (g + 1))
+                 for g in range(1, max(max_gamma, 1) + 1))
+    gain = expected_tokens * saving
+    pays = gain > prefill
+    reason = (f"draft prefill {prefill:.0f} ms over {prompt_tokens} prompt tokens vs {gain:.0f} ms saved "
+              f"({expected_tokens:.0f} drafted tokens x {saving:.1f} ms at agreement {agreement:.2f})")
+    return pays, reason
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """Knobs of the cost-aware policy.

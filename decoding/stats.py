@@ -63,7 +63,9 @@ class GenerationStats:
     accepted_by_position: list[list[int]] = field(default_factory=list)  # [proposed, accepted] per draft slot
     block_sizes: list[int] = field(default_factory=list)
     generation_settings: dict = field(default_factory=dict)  # effective logits settings (decoding.logits)
+    draft_prefill: str | None = None  # whether a draft model with its own KV cache prefilled the prompt, and why
     sources: list[str] = field(default_factory=list, repr=False)  # producer of each emitted token
+    origins: list[str] = field(default_factory=list, repr=False)  # what each drafted token was copied from ("")
 
     @property
     def tau(self) -> float:
@@ -89,12 +91,15 @@ class GenerationStats:
     def record_first(self) -> None:
         """Book the prefill's token (always the target's)."""
         self.sources.append(TARGET)
+        self.origins.append("")
 
-    def record_round(self, segments: Sequence[tuple[str, int]], accepted: int, committed: int) -> None:
+    def record_round(self, segments: Sequence[tuple], accepted: int, committed: int) -> None:
         """Book one verification round.
 
         Args:
-            segments: ``(drafter name, tokens proposed)`` in draft order (empty = a plain step).
+            segments: ``(drafter name, tokens proposed)`` or ``(drafter name, tokens proposed,
+                origin)`` in draft order (empty = a plain step); ``origin`` as
+                :attr:`decoding.drafter.Draft.origin`.
             accepted: drafted tokens the target accepted (a prefix of the draft).
             committed: tokens committed (``accepted + 1``, fewer when a stop cut the block).
         """
@@ -102,7 +107,7 @@ class GenerationStats:
         self.decode_tokens += committed
         self.block_sizes.append(committed)
         offset = 0
-        for name, proposed in segments:
+        for name, proposed, *origin in segments:
             if proposed <= 0:
                 continue
             got = min(max(accepted - offset, 0), proposed)
@@ -110,10 +115,14 @@ class GenerationStats:
             d.rounds += 1
             d.proposed += proposed
             d.accepted += got
-            self.sources += [name] * max(min(got, committed - offset), 0)
+            kept = max(min(got, committed - offset), 0)
+            self.sources += [name] * kept
+            self.origins += [origin[0] if origin else ""] * kept
             offset += proposed
-        self.sources += [TARGET] * (committed - min(accepted, committed))
-        total = sum(n for _, n in segments)
+        rest = committed - min(accepted, committed)
+        self.sources += [TARGET] * rest
+        self.origins += [""] * rest
+        total = sum(segment[1] for segment in segments)
         while len(self.accepted_by_position) < total:
             self.accepted_by_position.append([0, 0])
         for i in range(total):
@@ -123,11 +132,20 @@ class GenerationStats:
     def truncate(self, kept: int) -> None:
         """Keep the producers of the first ``kept`` emitted tokens (after a loop stop's cut)."""
         del self.sources[kept:]
+        del self.origins[kept:]
+
+    @property
+    def copied_from_passages(self) -> int:
+        """Emitted tokens the n-gram drafter copied from a retrieved passage and the target
+        accepted: quoted from the sources by construction."""
+        return sum(1 for o in self.origins if o == "passage")
 
     def to_dict(self) -> dict:
         """JSON-serialisable summary (adds τ and per-drafter α)."""
         out = asdict(self)
-        del out["sources"]
+        del out["sources"], out["origins"]
+        out["copied_from_passages"] = self.copied_from_passages
+        out["copied_share"] = round(self.copied_from_passages / len(self.sources), 3) if self.sources else 0.0
         out["tau"] = round(self.tau, 3)
         out["produced"] = self.produced
         out["token_share"] = {k: round(v, 3) for k, v in self.token_share.items()}

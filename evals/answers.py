@@ -94,13 +94,14 @@ def evaluate_question(service: CopilotService, q: Question, max_new_tokens: int,
         "first_text_ms": None if first_text_ms is None else round(first_text_ms, 1),
         "wall_ms": round(wall_ms, 1),
         "tau": stats.get("tau"),
+        "copied_share": stats.get("copied_share"),
         "answer": answer.text,
     }
 
 
 def _median(values: list) -> float | None:
     values = [v for v in values if v is not None]
-    return round(statistics.median(values), 1) if values else None
+    return round(statistics.median(values), 3) if values else None
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -144,10 +145,39 @@ def summarize(rows: list[dict]) -> dict:
         "median_new_tokens": _median([r["new_tokens"] for r in rows]),
         "median_prompt_tokens": _median([r["prompt_tokens"] for r in rows]),
         "median_retrieval_ms": _median([r["retrieval_ms"] for r in rows]),
+        "median_copied_share": _median([r["copied_share"] for r in rows if not r["not_found"]]),
         "finish_reasons": dict(Counter(r["finish_reason"] for r in rows)),
         "by_kind": {kind: _kind_summary([r for r in rows if r["kind"] == kind])
                     for kind in sorted({r["kind"] for r in rows})},
     }
+
+
+#: Issue 20's goals: (name, summary numerator key, denominator key or None, target, higher is better).
+GOALS = (
+    ("asked-for literal in the answer (copy questions)", "copy_span_in_answer", "copy_questions", 0.60, True),
+    ("right document cited (answerable)", "cited_expected_doc", "answerable_questions", 0.70, True),
+    ("answer-bearing document shown (answerable)", "expected_doc_in_sources", "answerable_questions", 0.95, True),
+    ("\"not found\" on unanswerable questions", "not_found_on_unanswerable", "unanswerable_questions", 0.75, True),
+    ("false \"not found\" (answerable)", "false_not_found", "answerable_questions", 0.05, False),
+    ("median answer wall time (s)", "median_wall_ms", None, 20.0, False),
+    ("median first visible text (s)", "median_first_text_ms", None, 5.0, False),
+)
+
+
+def goals(summary: dict) -> list[dict]:
+    """Each goal of :data:`GOALS` with its measured value and whether it is met (``None``
+    when the set has no question it applies to)."""
+    out = []
+    for name, key, over, target, higher in GOALS:
+        if over is None:
+            value = None if summary[key] is None else summary[key] / 1000
+            shown = None if value is None else f"{value:.1f}"
+        else:
+            value = summary[key] / summary[over] if summary[over] else None
+            shown = None if value is None else f"{summary[key]}/{summary[over]} ({value:.0%})"
+        met = None if value is None else (value >= target if higher else value <= target)
+        out.append({"goal": name, "target": target, "measured": shown, "met": met})
+    return out
 
 
 def _kind_summary(rows: list[dict]) -> dict:
@@ -178,8 +208,9 @@ def run_answers(service: CopilotService, questions: list[Question], max_new_toke
         rows.append(evaluate_question(service, q, max_new_tokens, loop_span))
         log.info("%s: %s, %d tokens, %.0f ms", q.id, rows[-1]["finish_reason"], rows[-1]["new_tokens"],
                  rows[-1]["wall_ms"])
+    summary = summarize(rows)
     return {"prompt_style": name, "max_new_tokens": max_new_tokens, "loop_span": loop_span,
-            "summary": summarize(rows), "rows": rows}
+            "summary": summary, "goals": goals(summary), "rows": rows}
 
 
 def answers_markdown(report: dict) -> str:
@@ -211,11 +242,19 @@ def answers_markdown(report: dict) -> str:
         f"| answers with an unverified (flagged) command | {s['answers_with_invented_commands']} / {n} |",
         f"| unanswerable: \"not found\" | {s['not_found_on_unanswerable']} / {s['unanswerable_questions']} |",
         f"| answerable: false \"not found\" | {s['false_not_found']} / {s['answerable_questions']} |",
+        f"| median share of answer tokens copied from the passages (n-gram provenance) | "
+        f"{s['median_copied_share']} |",
         f"| median first visible text (ms) | {s['median_first_text_ms']} |",
         f"| median wall time per answer (ms) | {s['median_wall_ms']} |",
         f"| median new tokens / prompt tokens | {s['median_new_tokens']} / {s['median_prompt_tokens']} |",
         f"| median retrieval + prompt building (ms) | {s['median_retrieval_ms']} |",
         f"| finish reasons | {', '.join(f'{k} {v}' for k, v in sorted(s['finish_reasons'].items()))} |",
+        "",
+        "| goal (issue 20) | target | measured | met |",
+        "|---|---|---|---|",
+        *(f"| {g['goal']} | {'≥' if GOALS[i][4] else '≤'} {g['target']:g} | "
+          f"{g['measured'] or '-'} | {'-' if g['met'] is None else 'yes' if g['met'] else 'no'} |"
+          for i, g in enumerate(goals(s))),
         "",
         "| kind | questions | span in answer | answer-bearing doc shown | all docs shown | cited | not found |",
         "|---|---|---|---|---|---|---|",

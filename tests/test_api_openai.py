@@ -175,3 +175,32 @@ def test_client_disconnect_stops_a_real_generation(server):
     # the cancelled generation stopped early: far fewer than 200 tokens were generated in this module
     tokens = float(next(l.split()[-1] for l in text.splitlines() if l.startswith("copilot_generated_tokens_total")))
     assert tokens < 200
+
+
+def test_not_found_and_checked_literals_reach_openai_clients(client):
+    """A ticket no entry has: "not found" in the content (no model run), with the closest
+    entries; every answer carries its checked literals as extension fields."""
+    r = client.chat.completions.create(model="opscopilot", messages=[
+        {"role": "user", "content": "What was the resolution of OPS-999?"}], max_tokens=8, extra_body=EXTRA)
+    extra = r.model_extra
+    content = r.choices[0].message.content
+    assert extra["not_found"] is True and content.startswith("Not found") and "OPS-999" in content
+    assert "\n\nSources:\n[1] " in content and extra["stats"]["grounding"]["missing"] == ["OPS-999"]
+    ok = client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": QUESTION}],
+                                        max_tokens=8, extra_body=EXTRA)
+    answer = ok.model_extra
+    assert answer["not_found"] is False and isinstance(answer["quotes"], list) and isinstance(answer["unverified"], list)
+    text = ok.choices[0].message.content
+    for lit in answer["quotes"] + answer["unverified"]:
+        assert text[lit["answer_start"]:lit["answer_end"]] == lit["literal"]
+
+
+def test_the_footer_lists_literals_in_no_source():
+    from copilot.api.routes.chat import sources_footer, strip_sources_footer
+    from copilot.api.schemas import SourceOut
+
+    src = SourceOut(n=1, doc_id="a#1", source="a", title="T", url="/v1/documents/a%231", highlights=["x"],
+                    snippet="x", score=0.1, chunks=[])
+    footer = sources_footer([src], [{"literal": "rm -rf /tmp/x"}, {"literal": "se-99"}, {"literal": "se-99"}])
+    assert footer == ("\n\nSources:\n[1] T — a\nNot in the sources — check before running: `rm -rf /tmp/x`, `se-99`")
+    assert strip_sources_footer("answer" + footer) == "answer"

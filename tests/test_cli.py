@@ -247,3 +247,15 @@ def test_cli_ingest_of_a_folder_with_a_named_pipe_finishes_and_skips_it(tmp_path
     assert files["ops.log"]["status"] == "indexed"
     assert (files["pipe.log"]["status"], files["pipe.log"]["reason"]) == (
         "skipped", "a named pipe (FIFO), not a regular file: never opened")
+
+
+def test_models_list_and_bad_model_names(tmp_path):
+    env = {"COPILOT_DATA_DIR": str(tmp_path), "COLUMNS": "200"}
+    listed = runner.invoke(app, ["models", "list"], env=env)
+    assert listed.exit_code == 0, listed.output
+    for name in ("embedded:qwen2.5-coder-0.5b-instruct", "embedded:qwen2.5-coder-1.5b-instruct",
+                 "embedded:smollm2-135m-instruct"):
+        assert name in listed.output
+    for args in (["models", "prepare", "embedded:qwen-7b"], ["models", "install", "Qwen/Qwen2.5-7B-Instruct"]):
+        bad = runner.invoke(app, args, env=env)
+        assert bad.exit_code == 2 and "embedded:qwen2.5-coder-0.5b-instruct" in bad.output, bad.output

@@ -136,3 +136,9 @@ def test_any_text_extracts_without_error(text):
     for lit in extract_literals(text):
         assert text[lit.start:lit.end] == lit.text and lit.text.strip() == lit.text and lit.text
     assert not any(re.fullmatch(r"\s*", lit.text) for lit in extract_literals(text))
+
+
+def test_a_citation_copied_into_a_code_span_is_not_part_of_the_literal():
+    answer = "It is: `systemctl restart dcache@dc-pool-07Domain.service [1]` done."
+    (q,) = check_literals(answer, [_source()]).quotes
+    assert q.literal == "systemctl restart dcache@dc-pool-07Domain.service"

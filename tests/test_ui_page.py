@@ -229,6 +229,56 @@ def test_data_is_rendered_as_text_and_citations_link_to_cards(live_url, page):
     assert page.problems == []
 
 
+QUOTED_ANSWER = "Run `systemctl restart dcache@dc-pool-07Domain.service` [1], then `dcache pool wipe -f` on dc-pool-99."
+QUOTED_DONE = {
+    "sources": EVIL_SOURCES[1:], "answer": QUOTED_ANSWER, "cited": [1], "not_found": False,
+    "quotes": [{"literal": "systemctl restart dcache@dc-pool-07Domain.service", "kind": "code", "answer_start": 5,
+                "answer_end": 54, "n": 2, "doc_id": "logbooks/ops.elog#7", "chunk_id": "logbooks/ops.elog#7#0",
+                "start": 10, "end": 59, "highlight": 0}],
+    "unverified": [{"literal": "dcache pool wipe -f", "kind": "code", "answer_start": 67, "answer_end": 86,
+                    "in_question": False},
+                   {"literal": "dc-pool-99", "kind": "name", "answer_start": 91, "answer_end": 101,
+                    "in_question": False}],
+    "stats": {"new_tokens": 30, "total_ms": 900, "finish_reason": "eos"}}
+
+
+@pytest.mark.slow
+def test_quoted_literals_link_to_their_evidence_line_and_unverified_ones_are_marked(live_url, page):
+    assert QUOTED_ANSWER[5:54] == QUOTED_DONE["quotes"][0]["literal"]
+    assert QUOTED_ANSWER[67:86] == "dcache pool wipe -f" and QUOTED_ANSWER[91:101] == "dc-pool-99"
+    sources = [{**EVIL_SOURCES[1], "n": 2, "highlights": ["restart: systemctl restart dcache@dc-pool-07Domain.service"]}]
+    done = {**QUOTED_DONE, "sources": sources}
+    body = canned_sse(("sources", {"sources": sources}), ("delta", {"text": QUOTED_ANSWER}), ("done", done))
+    page.route("**/v1/ask", lambda route: route.fulfill(status=200, body=body,
+                                                        headers={"content-type": "text/event-stream"}))
+    page.goto(f"{live_url}/")
+    page.get_by_label("Question").fill("how was the pool restarted?")
+    page.get_by_role("button", name="Ask").click()
+    assert wait_finished(page) == "done"
+    assert page.locator("#answer a.quote").all_inner_texts() == ["systemctl restart dcache@dc-pool-07Domain.service"]
+    assert page.locator("#answer .literal.verified button.copy").count() == 1
+    assert page.locator("#answer mark.unverified").all_inner_texts() == ["dcache pool wipe -f", "dc-pool-99"]
+    assert page.locator("#answer .warn").count() == 2
+    assert "check before running" in page.inner_text("#answer .unverified-list")
+    page.locator("#answer a.quote").click()
+    expect(page.locator("#source-2")).to_be_focused()
+    assert "flash" in page.get_attribute("#source-2-line-0", "class")
+    page.screenshot(path=str(SCREENSHOT.with_name("ui-quotes.png")))
+    assert page.problems == []
+
+
+@pytest.mark.slow
+def test_a_not_found_answer_says_so_above_the_closest_entries(live_url, page):
+    page.goto(f"{live_url}/")
+    page.get_by_label("Question").fill("What was the resolution of OPS-999?")
+    page.get_by_label("Question").press("Enter")
+    assert wait_finished(page, timeout_ms=60_000) == "done"
+    assert page.is_visible("#answer .not-found")
+    assert page.inner_text("#answer").count("Not found") == 1 and "OPS-999" in page.inner_text("#answer")
+    assert page.locator("#sources .card").count() >= 1
+    assert page.problems == []
+
+
 @pytest.mark.slow
 def test_errors_and_the_api_key(live_url, page):
     seen: list[dict] = []
