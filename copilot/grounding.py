@@ -31,8 +31,6 @@ ENTITY_KINDS = frozenset({"ticket", "error", "host", "name", "path", "setting"})
 #: answer it (all-MiniLM-L6-v2; chosen on the three question sets, see the README).
 MIN_SUPPORT = 0.36
 
-_MONTHS = {m: i + 1 for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
-                                           "dec"))}
 _MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|" \
          r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 _DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}\b(?:\s+(\d{{4}}))?", re.IGNORECASE)
@@ -43,6 +41,7 @@ _DOTTED_DATE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})?(?![\d.]*\d)
 _BRACKET_CODE = re.compile(r"^\[\d{3,5}\][.,;:!?]*$")
 _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                 "november", "december")
+_MONTHS = {m[:3]: i + 1 for i, m in enumerate(_MONTH_NAMES)}
 
 
 @dataclass(frozen=True)

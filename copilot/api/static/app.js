@@ -249,8 +249,12 @@
     for (const mark of marks) {
       const start = Number(mark.answer_start), end = Number(mark.answer_end);
       if (!Number.isInteger(start) || !Number.isInteger(end) || start < last || end > text.length || end <= start) continue;
-      nodes.push(...answerNodes(text.slice(last, start)), literalNode(text.slice(start, end), mark));
-      last = end;
+      // A code span's backticks: drop them, the literal is shown as code.
+      const fence = mark.kind === "code" ? (text.slice(last, start).match(/`+$/) || [""])[0] : "";
+      const closes = fence && text.startsWith(fence, end);
+      const before = closes ? text.slice(last, start - fence.length) : text.slice(last, start);
+      nodes.push(...answerNodes(before), literalNode(text.slice(start, end), mark));
+      last = closes ? end + fence.length : end;
     }
     nodes.push(...answerNodes(text.slice(last)));
     return nodes;
