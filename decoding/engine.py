@@ -348,12 +348,12 @@ class SpeculativeEngine:
             for d in drafters:
                 d.begin(request)
                 d.observe(committed)
-            if prefill_draft:
-                stats.drafting_ms += (time.perf_counter() - t_prefill_draft) * 1000
+            prefill_draft_ms = (time.perf_counter() - t_prefill_draft) * 1000 if prefill_draft else 0.0
+            stats.drafting_ms += prefill_draft_ms  # a draft model's forward, not overhead
             by_name = {d.name: d for d in drafters}
             table = AcceptanceTable(self.acceptance.config) if seeded else self.acceptance
             policy = DrafterPolicy(self.costs, table)
-            stats.overhead_ms += (time.perf_counter() - t_begin) * 1000
+            stats.overhead_ms += (time.perf_counter() - t_begin) * 1000 - prefill_draft_ms
             while stop.finish_reason is None:
                 if cancel is not None and cancel():
                     stop.finish_reason = "cancelled"
