@@ -317,11 +317,11 @@ def _find(needle: str, haystacks: list[_Haystack]) -> tuple[_Haystack, int, int]
     return None
 
 
-def _quote(lit: Literal, text: str, start: int, end: int, hit: tuple[_Haystack, int, int]) -> Quote:
+def _quote(lit: Literal, hit: tuple[_Haystack, int, int]) -> Quote:
     h, s, e = hit
-    norm = _squash(text)
+    norm = _squash(lit.text)
     line = next((i for i, hl in enumerate(h.highlights) if norm in hl), None)
-    return Quote(text, lit.kind, start, end, h.n, h.doc_id, h.chunk_id, s, e, line)
+    return Quote(lit.text, lit.kind, lit.start, lit.end, h.n, h.doc_id, h.chunk_id, s, e, line)
 
 
 def _check_command(lit: Literal, haystacks: list[_Haystack]) -> tuple[Literal, tuple[_Haystack, int, int]] | None:
@@ -365,12 +365,12 @@ def check_literals(answer: str, sources: Sequence[Source], question: str = "") -
             found = _check_command(lit, haystacks)
             if found is not None:
                 sub, hit = found
-                quotes.append(_quote(sub, sub.text, sub.start, sub.end, hit))
+                quotes.append(_quote(sub, hit))
                 continue
         else:
             hit = _find(lit.text, haystacks)
             if hit is not None:
-                quotes.append(_quote(lit, lit.text, lit.start, lit.end, hit))
+                quotes.append(_quote(lit, hit))
                 continue
         unverified.append(Unverified(lit.text, lit.kind, lit.start, lit.end,
                                      bool(squashed_question) and _squash(lit.text) in squashed_question))

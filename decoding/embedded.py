@@ -72,7 +72,7 @@ class EmbeddedModel:
         sha256: hex digest of the assembled GGUF (``None``: the wheel's RECORD hash suffices).
         size_bytes: size of the assembled GGUF in bytes (``None``: not checked).
         fp32_rss_gb: resident memory of the fp32 model once loaded, GB (for ``copilot models``).
-        family: the model family the prompt style is chosen by (``smollm2``, ``qwen2``).
+        family: the model family, as ``copilot models list`` shows it (``smollm2``, ``qwen2``).
         aliases: other names that resolve to it (a Hugging Face id).
     """
 
