@@ -160,6 +160,10 @@ class Offer:
 class Drafter(Protocol):
     """Proposes tokens and observes every committed token.
 
+    Each request works on its own shallow copy (``copy.copy``) of the engine's drafter, made
+    before :meth:`begin`, so requests decoding at once never share drafting state: set every
+    per-request attribute in :meth:`begin` (expensive resources — a draft model — stay shared).
+
     Per request: :meth:`begin` once after the target's prefill; per round :meth:`offer`
     (cheap), then :meth:`propose` if the policy chose it; :meth:`observe` after every
     commit (including the prefill's token). ``after`` is what earlier drafters proposed

@@ -275,16 +275,42 @@ class DrafterPolicy:
         phase = EXTENDING if extending else CONTINUING if self._last_full == offer.drafter else ""
         return state_key(offer, phase)
 
-    def _rate(self, segments: Sequence[Segment]) -> float:
-        """Expected committed tokens per ms of a plan (bonus token included)."""
-        expected, reach, cost = 1.0, 1.0, self.costs.verify(sum(s.tokens for s in segments) + 1)
+    def expected(self, segments: Sequence[Segment]) -> tuple[float, float]:
+        """A plan's expected committed tokens (bonus token included) and its drafting cost
+        (ms: the drafters' steps and set-up, without the target pass)."""
+        expected, reach, drafting = 1.0, 1.0, 0.0
         for s in segments:
             a1, an = self.table.alphas(s.key)
             for j in range(s.tokens):
                 reach *= a1 if j == 0 else an
                 expected += reach
-            cost += s.tokens * (s.offer.step_ms or 0.0) + (s.offer.setup_ms if s.tokens else 0.0)
-        return expected / cost
+            drafting += s.tokens * (s.offer.step_ms or 0.0) + (s.offer.setup_ms if s.tokens else 0.0)
+        return expected, drafting
+
+    def _rate(self, segments: Sequence[Segment]) -> float:
+        """Expected committed tokens per ms of a plan (its target pass and drafting)."""
+        expected, drafting = self.expected(segments)
+        return expected / (self.costs.verify(sum(s.tokens for s in segments) + 1) + drafting)
+
+    def curve(self, chains: Sequence[Sequence[Offer]], gamma_max: int) -> dict[int, tuple[float, float, Decision]]:
+        """The best plan per γ for a batch's allocation (:func:`decoding.batch_policy.allocate`):
+        ``{γ: (expected tokens, drafting ms, plan)}`` for γ = 1..``gamma_max`` where some
+        chain can draft γ; the most expected tokens wins, the cheaper drafting on a tie. The
+        target pass is priced by the batch, not here."""
+        best: dict[int, tuple[float, float, Decision]] = {}
+        for chain in chains:
+            if not chain or gamma_max <= 0 or any(o.max_tokens <= 0 or o.step_ms is None for o in chain):
+                continue
+            head = tuple(Segment(o, o.max_tokens, self.key(o, extending=i > 0)) for i, o in enumerate(chain[:-1]))
+            last, drafted = chain[-1], sum(s.tokens for s in head)
+            key = self.key(last, extending=len(chain) > 1)
+            for g in range(1, min(last.max_tokens, gamma_max - drafted) + 1):
+                plan = head + (Segment(last, g, key),)
+                e, ms = self.expected(plan)
+                gamma = drafted + g
+                if gamma not in best or (e, -ms) > (best[gamma][0], -best[gamma][1]):
+                    best[gamma] = (e, ms, Decision(plan, ""))
+        return best
 
     def _best(self, chain: Sequence[Offer], gamma_max: int) -> tuple[float, tuple[Segment, ...]] | None:
         """The best plan over ``chain``: every offer but the last in full, the last with the

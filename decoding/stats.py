@@ -64,6 +64,9 @@ class GenerationStats:
     block_sizes: list[int] = field(default_factory=list)
     generation_settings: dict = field(default_factory=dict)  # effective logits settings (decoding.logits)
     draft_prefill: str | None = None  # whether a draft model with its own KV cache prefilled the prompt, and why
+    batch_size_sum: int = 0  # requests sharing each decode-phase pass, summed over the passes
+    max_batch_size: int = 0
+    drafted_tokens: int = 0  # tokens drafted (and verified) over all passes: γ summed
     sources: list[str] = field(default_factory=list, repr=False)  # producer of each emitted token
     origins: list[str] = field(default_factory=list, repr=False)  # what each drafted token was copied from ("")
 
@@ -93,7 +96,17 @@ class GenerationStats:
         self.sources.append(TARGET)
         self.origins.append("")
 
-    def record_round(self, segments: Sequence[tuple], accepted: int, committed: int) -> None:
+    @property
+    def mean_batch_size(self) -> float:
+        """Requests per decode-phase target pass, on average (1.0 alone; 0 before any pass)."""
+        return self.batch_size_sum / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def mean_gamma(self) -> float:
+        """Tokens drafted per decode-phase target pass, on average (γ; 0 before any pass)."""
+        return self.drafted_tokens / self.target_passes if self.target_passes else 0.0
+
+    def record_round(self, segments: Sequence[tuple], accepted: int, committed: int, batch_size: int = 1) -> None:
         """Book one verification round.
 
         Args:
@@ -102,8 +115,12 @@ class GenerationStats:
                 :attr:`decoding.drafter.Draft.origin`.
             accepted: drafted tokens the target accepted (a prefix of the draft).
             committed: tokens committed (``accepted + 1``, fewer when a stop cut the block).
+            batch_size: requests that shared the round's target pass (this one included).
         """
         self.target_passes += 1
+        self.batch_size_sum += batch_size
+        self.max_batch_size = max(self.max_batch_size, batch_size)
+        self.drafted_tokens += sum(segment[1] for segment in segments)
         self.decode_tokens += committed
         self.block_sizes.append(committed)
         offset = 0
@@ -147,6 +164,8 @@ class GenerationStats:
         out["copied_from_passages"] = self.copied_from_passages
         out["copied_share"] = round(self.copied_from_passages / len(self.sources), 3) if self.sources else 0.0
         out["tau"] = round(self.tau, 3)
+        out["mean_batch_size"] = round(self.mean_batch_size, 3)
+        out["mean_gamma"] = round(self.mean_gamma, 3)
         out["produced"] = self.produced
         out["token_share"] = {k: round(v, 3) for k, v in self.token_share.items()}
         out["drafters"] = {k: {**asdict(v), "ms": round(v.ms, 2), "alpha": round(v.alpha, 3)}

@@ -22,7 +22,11 @@ class FixedDrafter:
         self.name, self.continuation, self.step_ms = name, list(continuation), step_ms
         self.requests: list[DraftRequest] = []
         self.output: list[int] = []
-        self.proposed = 0
+        self.proposals: list[int] = []  # shared by the per-request copies the engine makes
+
+    @property
+    def proposed(self) -> int:
+        return sum(self.proposals)
 
     def begin(self, request: DraftRequest) -> None:
         self.requests.append(request)
@@ -40,7 +44,7 @@ class FixedDrafter:
 
     def propose(self, max_tokens: int, after=()) -> Draft:
         tokens = self._next(max_tokens, after)
-        self.proposed += len(tokens)
+        self.proposals.append(len(tokens))
         return Draft(tokens)
 
 

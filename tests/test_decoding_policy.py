@@ -284,7 +284,7 @@ def test_the_draft_model_continues_past_a_copied_span(tiny_models):
 def test_plain_decoding_when_speculation_never_pays(tiny_models):
     small = tiny_models.load("small")
     engine = SpeculativeEngine(small, tiny_models.load("small_trunc"),
-                               costs=CostModel(verify_ms=(1.0, 5.0, 9.0, 13.0), draft_step_ms=5.0))
+                               costs=CostModel(verify_ms=(1.0, 5.0, 9.0, 13.0), draft_step_ms=5.0), learn_costs=False)
     prompt = small.tokenizer.encode("the disk is full the disk is full the disk is")
     result = engine.generate(prompt, GenerationConfig(max_new_tokens=20, eos_token_ids=()))
     assert result.token_ids == tiny_models.greedy("small", prompt, 20)

@@ -306,11 +306,11 @@ def test_exactness_eval_uses_the_effective_settings(tiny_models, small, engine, 
 
 def test_exactness_eval_catches_an_engine_that_drops_a_setting(small, engine, monkeypatch):
     """An engine that silently ignores the settings diverges from the settings-aware reference."""
-    import decoding.engine
+    import decoding.request
     from evals.exactness import run_exactness
 
-    real = decoding.engine.effective_settings
-    monkeypatch.setattr(decoding.engine, "effective_settings",
+    real = decoding.request.effective_settings
+    monkeypatch.setattr(decoding.request, "effective_settings",
                         lambda config, checkpoint, vocab: real(GenerationConfig(), {}, vocab))
     report = run_exactness(engine, eval_cases(small), max_new_tokens=16, modes=["off"],
                            generation={"repetition_penalty": 2.0, "no_repeat_ngram_size": 2})

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-import decoding.engine
+import decoding.request
 from decoding import SpeculativeEngine
 from decoding.policy import CostModel
 from decoding.stopping import LoopDetector, StopChecker
@@ -78,8 +78,8 @@ def test_exactness_with_the_loop_stop_checks_the_cut_reference(tiny_engine, tiny
 
 def test_a_missing_loop_stop_is_a_stop_divergence(tiny_engine, tiny_cases, monkeypatch):
     _, cases = tiny_cases
-    checker = decoding.engine.StopChecker
-    monkeypatch.setattr(decoding.engine, "StopChecker",  # the engine ignores loop_span
+    checker = decoding.request.StopChecker
+    monkeypatch.setattr(decoding.request, "StopChecker",  # the engine ignores loop_span
                         lambda tok, eos, stops, budget, loop_span=0: checker(tok, eos, stops, budget))
     report = run_exactness(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, modes=["off", "ngram"], loop_span=SPAN)
     assert report["exact"] == {"off": 0, "ngram": 0} and len(report["divergences"]) == 4
@@ -118,7 +118,7 @@ def test_broken_verifier_is_caught_as_divergence(tiny_engine, tiny_cases, monkey
     def accept_everything(draft_tokens, target_logits):
         return draft_tokens + [int(target_logits[len(draft_tokens)].argmax())], len(draft_tokens)
 
-    monkeypatch.setattr(decoding.engine, "verify_greedy", accept_everything)
+    monkeypatch.setattr(decoding.request, "verify_greedy", accept_everything)
     report = run_exactness(tiny_engine, cases, max_new_tokens=12, modes=["off", "ngram", "draft_model"],
                            loop_span=loop_span)
     assert report["exact"]["off"] == len(cases)  # nothing drafted, nothing to break

@@ -1,0 +1,163 @@
+"""Continuous batching: requests that join and leave between rounds share each target pass.
+
+A :class:`Batch` holds the engine's running requests (:class:`~decoding.request.RequestState`).
+:meth:`Batch.add` admits one (its prefill runs alone, then it joins); :meth:`Batch.step`
+runs one round for all: each request plans (alone: its own policy, exactly as today; in a
+batch: γ per request from the batch's cost, :mod:`decoding.batch_policy`) and drafts, one
+target pass verifies every request's draft (:func:`~decoding.packed_pass.packed_pass`: each
+request attends to its own KV cache), and each commits through its own stop checker. A
+finished or cancelled request leaves at the round boundary; the others never notice
+(iteration-level scheduling, Yu et al., OSDI 2022 "Orca").
+
+Exactness: a request's logits come from its own KV cache and positions; only the
+linears' summation order differs from its solo pass (DESIGN.md, "Numerics"). The seeded
+sample of a request is drawn with noise seeded by (seed, position), so it does not
+depend on who shares the batch. ``evals/exactness.py --batched`` checks both.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import torch
+
+from decoding.batch_policy import BatchSpeculation, allocate
+from decoding.config import GenerationConfig
+from decoding.few_token_linear import few_token_passes
+from decoding.packed_pass import packed_pass
+from decoding.policy import Decision
+from decoding.request import RequestState, StreamEvent
+
+if TYPE_CHECKING:
+    from decoding.engine import SpeculativeEngine
+
+
+def target_pass(model: torch.nn.Module, tokens: list[int], cache) -> torch.Tensor:
+    """One verification pass over ``tokens`` (last committed + draft): logits ``(len(tokens), vocab)``.
+
+    Runs under :func:`~decoding.few_token_linear.few_token_passes`, so a few-token pass
+    costs about one decode step on CPU.
+    """
+    x = torch.tensor([tokens], device=next(model.parameters()).device)
+    with few_token_passes():
+        return model(input_ids=x, cache=cache, use_cache=True).logits[0]
+
+
+class Batch:
+    """Running requests of one engine that share each target pass.
+
+    Args:
+        engine: the engine (its target, drafters, shared tables and lock).
+        speculation: how a batch of ≥ 2 chooses γ; ``None`` = ``engine.batch_speculation``.
+
+    Not thread-safe on its own: one thread drives a batch (each call takes the engine's
+    lock, so other batches and streams of the same engine take turns with it).
+    """
+
+    def __init__(self, engine: "SpeculativeEngine", speculation: BatchSpeculation | None = None) -> None:
+        self.engine = engine
+        self.speculation = speculation or engine.batch_speculation
+        self.active: list[RequestState] = []
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    def add(self, prompt_ids: Sequence[int], config: GenerationConfig = GenerationConfig(),
+            contexts: Sequence[Sequence[int]] = (), cancel: Callable[[], bool] | None = None,
+            ) -> tuple[RequestState, list[StreamEvent]]:
+        """Admit a request: check it, prefill it (a pass of its own), take its first token.
+
+        Returns:
+            Its state and its first events: the first token's, plus the final one when the
+            request ended already (a budget of one, EOS first).
+        Raises:
+            PromptError, ValueError, GenerationSettingError: as
+                :meth:`~decoding.engine.SpeculativeEngine.check_request`; nothing is admitted.
+        """
+        prompt, lists = self.engine.check_request(prompt_ids, config, contexts)
+        state = RequestState(self.engine, prompt, config, lists, cancel)
+        with self.engine._lock, torch.inference_mode():
+            events = [state.start()]
+            if state.done:
+                events.append(state.finish())
+            else:
+                self.active.append(state)
+        return state, events
+
+    def step(self) -> list[tuple[RequestState, StreamEvent]]:
+        """One round for every running request; finished and cancelled requests leave.
+
+        Returns:
+            ``(request, event)`` pairs in request order: each running request's committed
+            block, then the final event of each request that ended this round.
+        """
+        if not self.active:
+            return []
+        events: list[tuple[RequestState, StreamEvent]] = []
+        with self.engine._lock, torch.inference_mode():
+            for state in self.active:
+                state.check_cancel()
+            running = [s for s in self.active if not s.done]
+            if running:
+                for state, decision in zip(running, self._plan(running)):
+                    state.propose(decision)
+                for state, logits in zip(running, self._verify(running)):
+                    events.append((state, state.commit(logits, len(running))))
+            events += [(s, s.finish()) for s in self.active if s.done]
+            self.active = [s for s in self.active if not s.done]
+        return events
+
+    # -- one round ----------------------------------------------------------------------------
+    def _plan(self, running: list[RequestState]) -> list[Decision]:
+        """Each request's plan. Alone: its own policy. In a batch: a fixed-γ request keeps its
+        γ; the others get γ from the table by batch size, or from :func:`allocate`."""
+        if len(running) == 1:
+            return [running[0].plan_alone()]
+        spec, n = self.speculation, len(running)
+        fixed = [s.fixed_plan(s.gamma_max()) if s.config.fixed_gamma else None for s in running]
+        if spec.schedule == "table":
+            gamma = spec.table_gamma(n)
+            return [f or s.fixed_plan(min(gamma, s.gamma_max())) for s, f in zip(running, fixed)]
+        free = [s for s, f in zip(running, fixed) if f is None]
+        curves = [s.policy.curve(s.chains(s.gamma_max()), s.gamma_max()) for s in free]
+        fixed_rows = sum(f.gamma + 1 for f in fixed if f is not None)
+        context = sum(s.context_tokens for s in running)
+        allocation = allocate([{g: (e, ms) for g, (e, ms, _) in c.items()} for c in curves],
+                              lambda rows: self.engine.pass_costs.estimate(rows + fixed_rows, context),
+                              max(spec.max_rows - fixed_rows, len(free)), spec.max_slowdown)
+        words = (f"batch of {n}: {allocation.rows + fixed_rows} rows, expected "
+                 f"{allocation.round_ms:.0f} ms and {allocation.goodput * 1000:.1f} tokens/s for the batch")
+        planned = iter(zip(curves, allocation.gammas))
+        out = []
+        for f in fixed:
+            if f is not None:
+                out.append(f)
+                continue
+            curve, gamma = next(planned)
+            if gamma == 0:
+                out.append(Decision((), f"{words}; drafting does not raise it"))
+            else:
+                e, _, plan = curve[gamma]
+                out.append(Decision(plan.segments, f"{words}; γ={gamma}, {e:.2f} tokens expected"))
+        return out
+
+    def _verify(self, running: list[RequestState]) -> list[torch.Tensor]:
+        """One target pass over every request's last token and draft, timed into the engine's
+        online pass costs; per request, logits ``(len(pass_tokens), vocab)``."""
+        engine, model = self.engine, self.engine.target.model
+        rows = sum(len(s.pass_tokens) for s in running)
+        context = sum(s.context_tokens for s in running)
+        t = time.perf_counter()
+        if len(running) == 1:
+            logits = [target_pass(model, running[0].pass_tokens, running[0].cache)]
+        elif engine.packed:
+            logits = packed_pass(model, [(s.pass_tokens, s.cache) for s in running])
+        else:  # a model without the packed layout: the requests' passes one after the other
+            logits = [target_pass(model, s.pass_tokens, s.cache) for s in running]
+        if engine.target.device.type == "cuda":
+            torch.cuda.synchronize(engine.target.device)
+        if engine.learn_costs and (len(running) == 1 or engine.packed):
+            engine.pass_costs.observe(rows, context, (time.perf_counter() - t) * 1000)
+        return logits
+

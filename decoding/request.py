@@ -1,0 +1,323 @@
+"""One request's decoding state between rounds: what the engine and a batch step.
+
+A request lives through :meth:`RequestState.start` (prefill the target, take its first
+token, start its own drafters), then rounds of :meth:`~RequestState.propose` (the planned
+drafters propose) → a target pass over :attr:`~RequestState.pass_tokens` (alone or packed
+with other requests' rows) → :meth:`~RequestState.commit` (verify, crop its KV cache, commit
+through its stop checker), and ends with :meth:`~RequestState.finish`. Everything a request
+owns — KV cache, drafters, stop checker, token selector (seed), detokenizer, statistics —
+is here, so requests sharing passes never see each other's state; what the engine shares
+across requests (acceptance table, answer history, pass costs) is reached through it.
+
+KV-cache invariant between rounds: the target cache holds every committed token but the
+last one, which is the first input of the next pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import torch
+
+from decoding.config import GenerationConfig
+from decoding.detokenize import IncrementalDetokenizer
+from decoding.draft_model_drafter import DraftModelDrafter
+from decoding.drafter import Draft, Drafter, DraftingMode, DraftRequest, Offer, join_drafts
+from decoding.kv_cache import PreallocatedCache, crop_cache
+from decoding.logits import effective_settings
+from decoding.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, draft_prefill_pays
+from decoding.sampling import TokenSelector
+from decoding.stats import GenerationStats
+from decoding.stopping import StopChecker
+from decoding.verification import verify_greedy
+
+if TYPE_CHECKING:
+    from decoding.engine import SpeculativeEngine
+
+# Output positions the KV cache reserves up front (tokens); longer answers regrow it.
+OUTPUT_RESERVE = 512
+
+
+@dataclass
+class GenerationResult:
+    """A finished generation.
+
+    Attributes:
+        token_ids: generated ids (EOS included when it ended the output; stop-string
+            tokens included, as plain greedy with stop strings would emit them).
+        text: decoded text, special tokens skipped, cut before a stop string.
+        finish_reason: ``"eos" | "stop" | "length" | "repetition" | "cancelled"``
+            (``"repetition"``: the loop stop cut the output before its repeats).
+        stats: timings and speculation statistics.
+    """
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    stats: GenerationStats
+
+
+@dataclass
+class StreamEvent:
+    """One streamed step: a text delta (possibly empty) and the committed ids; the last
+    event carries ``result``. Deltas are final (held back while a loop stop could still
+    cut them); ids are as committed, so after a loop stop the result's ids are a prefix
+    of the streamed ones."""
+
+    delta: str
+    token_ids: list[int] = field(default_factory=list)
+    result: GenerationResult | None = None
+
+
+def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: PreallocatedCache) -> torch.Tensor:
+    """Run the prompt through the model into ``cache``; return the last position's logits ``(vocab,)``.
+
+    Only the last position goes through the LM head (``logits_to_keep=1``): for a
+    1,000-token prompt and a 49k vocabulary the full head would cost more than the layers.
+    """
+    x = torch.tensor([prompt_ids], device=next(model.parameters()).device)
+    return model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+
+
+def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[Offer]]:
+    """The plans the policy weighs this round: every free offer (``step_ms`` 0, a lookup:
+    the n-gram drafter's match) alone, and each one that runs out before ``gamma_max``
+    followed by each other drafter's offer to extend it (a copied span the draft model
+    continues); a costly drafter's offer alone (the draft model) only when no free offer
+    has anything (a generated span). So the n-gram drafter drafts where a match exists, the
+    draft model where none does, and the policy picks γ (or plain decoding) by their
+    measured acceptance."""
+    offers = [d.offer(gamma_max) for d in drafters]
+    free = any(o.max_tokens > 0 and o.step_ms == 0 for o in offers)
+    chains = [[o] for o in offers if o.max_tokens > 0 and (o.step_ms == 0 or not free)]
+    for d, o in zip(drafters, offers):
+        if 0 < o.max_tokens < gamma_max and o.step_ms == 0:
+            span = d.propose(o.max_tokens).tokens
+            chains += [[o, e.offer(gamma_max - len(span), span)] for e in drafters if e is not d]
+    return chains
+
+
+def draft_segments(decision: Decision, drafters: dict[str, Drafter], stats: GenerationStats) -> list[Draft]:
+    """Each planned drafter proposes in turn, continuing the tokens before it; a segment
+    that stops short ends the round's draft. Proposal time goes to the drafter's stats,
+    and to ``stats.drafting_ms`` when the cost model prices it (a step cost)."""
+    drafts: list[Draft] = []
+    after: list[int] = []
+    for segment in decision.segments:
+        t = time.perf_counter()
+        draft = drafters[segment.offer.drafter].propose(segment.tokens, after)
+        ms = (time.perf_counter() - t) * 1000
+        stats.drafter(segment.offer.drafter).ms += ms
+        stats.drafting_ms += ms if segment.offer.step_ms != 0 else 0.0  # priced (or unmeasured) model steps
+        drafts.append(draft)
+        after += draft.tokens
+        if len(draft.tokens) < segment.tokens:
+            break
+    return drafts
+
+
+class RequestState:
+    """One request between rounds (see the module docstring).
+
+    Args:
+        engine: the engine whose target, drafters (copied per request), acceptance table,
+            answer history and pass costs this request uses.
+        prompt: prompt ids, already checked by the engine.
+        config: budget, sampling, stop conditions, drafting mode.
+        contexts: token sequences that seed the n-gram drafter (retrieved passages).
+        cancel: polled between rounds; returning True ends the request with ``"cancelled"``.
+    """
+
+    def __init__(self, engine: "SpeculativeEngine", prompt: list[int], config: GenerationConfig,
+                 contexts: list[list[int]], cancel: Callable[[], bool] | None = None) -> None:
+        self.engine, self.prompt, self.config, self.contexts, self.cancel = engine, prompt, config, contexts, cancel
+        target = engine.target
+        eos = target.eos_token_ids() if config.eos_token_ids is None else config.eos_token_ids
+        self._eos = eos
+        self.budget = min(config.max_new_tokens, target.max_positions - len(prompt))
+        self.stop = StopChecker(target.tokenizer, frozenset(eos), tuple(config.stop_strings), self.budget,
+                                config.loop_span)
+        holdback = max((len(s) for s in config.stop_strings), default=1) - 1
+        self.detok = IncrementalDetokenizer(target.tokenizer, holdback=holdback)
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        self.settings = effective_settings(config, target.generation_defaults, target.model.config.vocab_size)
+        self.stats.generation_settings = self.settings.to_dict()
+        # A seeded sample must not depend on earlier requests: no answer history, priors only.
+        self.seeded = not config.greedy and config.seed is not None
+        self.cache: PreallocatedCache | None = None
+        self.sampling: TokenSelector | None = None
+        self.drafters: list[Drafter] = []
+        self.policy: DrafterPolicy | None = None
+        self.decision: Decision = PLAIN
+        self.draft = Draft([])
+        self._segments: list[Draft] = []
+        self._t0 = time.perf_counter()
+        self._t_decode = self._t0
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        """The request needs no more rounds (finished, cut or cancelled)."""
+        return self.stop.finish_reason is not None
+
+    @property
+    def context_tokens(self) -> int:
+        """Positions in its target KV cache (what a pass attends over)."""
+        return len(self.prompt) + max(len(self.stop.output) - 1, 0)
+
+    def start(self) -> StreamEvent:
+        """Prefill the target, choose the first token, start the request's drafters."""
+        self._t0 = time.perf_counter()
+        if self.budget <= 0:
+            self.stop.finish_reason = "length"
+            return StreamEvent("")
+        target, stats = self.engine.target, self.stats
+        self.sampling = TokenSelector(self.settings.processors(len(self.prompt), self._eos, target.device),
+                                      self.config.temperature, self.config.top_k, self.config.top_p, self.config.seed,
+                                      len(self.prompt), target.device)
+        self.cache = PreallocatedCache(len(self.prompt) + min(self.budget, OUTPUT_RESERVE))
+        logits = prefill(target.model, self.prompt, self.cache)
+        stats.prefill_ms = (time.perf_counter() - self._t0) * 1000
+        committed = self.stop.accept([self.sampling.choose(self.prompt, logits)])
+        stats.record_first()
+        stats.ttft_ms = (time.perf_counter() - self._t0) * 1000
+        event = StreamEvent(self._delta(), committed)
+        self._t_decode = t_begin = time.perf_counter()
+        if not self.done:
+            self.drafters = [copy.copy(d) for d in self.engine.drafters if self.config.drafting.selects(d.name)]
+        prefill_draft = self._prefill_draft()
+        request = DraftRequest(self.prompt, self.contexts, self.cache, self.sampling, reproducible=self.seeded,
+                               output_reserve=min(self.budget, OUTPUT_RESERVE) + self.config.num_speculative_tokens,
+                               prefill_draft=prefill_draft)
+        t_draft = time.perf_counter()
+        for d in self.drafters:
+            d.begin(request)
+            d.observe(committed)
+        prefill_draft_ms = (time.perf_counter() - t_draft) * 1000 if prefill_draft else 0.0
+        stats.drafting_ms += prefill_draft_ms  # a draft model's forward, not overhead
+        table = AcceptanceTable(self.engine.acceptance.config) if self.seeded else self.engine.acceptance
+        self.policy = DrafterPolicy(self.engine.cost_model(self.context_tokens), table)
+        stats.overhead_ms += (time.perf_counter() - t_begin) * 1000 - prefill_draft_ms
+        return event
+
+    def gamma_max(self) -> int:
+        """Most tokens this round may draft: the request's γ, its remaining budget, the context window."""
+        seq_len = len(self.prompt) + len(self.stop.output)
+        return max(0, min(self.config.num_speculative_tokens, self.stop.remaining - 1,
+                          self.engine.target.max_positions - seq_len))
+
+    def chains(self, gamma_max: int) -> list[list[Offer]]:
+        """This round's candidate plans (:func:`candidate_chains` over the request's drafters)."""
+        return candidate_chains(self.drafters, gamma_max) if gamma_max > 0 and self.drafters else []
+
+    def plan_alone(self) -> Decision:
+        """The plan of a request decoding alone: plain without room or drafters; with
+        ``fixed_gamma`` its one drafter drafts γ; else its policy's choice over
+        :func:`candidate_chains`, priced by the pass costs at its context."""
+        gamma_max = self.gamma_max()
+        if gamma_max <= 0 or not self.drafters:
+            return PLAIN
+        if self.config.fixed_gamma:
+            return self.fixed_plan(gamma_max)
+        self.policy.costs = self.engine.cost_model(self.context_tokens)
+        return self.policy.choose(self.chains(gamma_max), gamma_max)
+
+    def fixed_plan(self, gamma: int) -> Decision:
+        """``gamma`` tokens from the request's first drafter, bypassing the policy (fixed γ)."""
+        if gamma <= 0 or not self.drafters:
+            return PLAIN
+        return self.policy.fixed(self.drafters[0].offer(gamma), gamma)
+
+    def propose(self, decision: Decision) -> None:
+        """The planned drafters propose (a change of plan is recorded with its reason)."""
+        t, drafting_ms = time.perf_counter(), self.stats.drafting_ms
+        policy, stats = self.policy, self.stats
+        if decision is not PLAIN and decision.drafter != policy.current:
+            # at_token: tokens emitted before this round (the prefill's token + decode tokens).
+            stats.switches.append({"at_token": 1 + stats.decode_tokens, "from": policy.current or "plain",
+                                   "to": decision.drafter or "plain", "reason": decision.reason})
+            policy.current = decision.drafter
+        self.decision = decision
+        self._segments = draft_segments(decision, {d.name: d for d in self.drafters}, stats)
+        self.draft = join_drafts(self._segments)
+        stats.overhead_ms += (time.perf_counter() - t) * 1000 - (stats.drafting_ms - drafting_ms)
+
+    @property
+    def pass_tokens(self) -> list[int]:
+        """This round's target-pass input: the last committed token, then the draft."""
+        return [self.stop.output[-1]] + self.draft.tokens
+
+    def commit(self, logits: torch.Tensor, batch_size: int = 1) -> StreamEvent:
+        """Verify the draft against this round's logits ``(len(pass_tokens), vocab)``, crop the
+        KV cache to the committed length and commit through the stop checker."""
+        t = time.perf_counter()
+        stats, seq_len = self.stats, len(self.prompt) + len(self.stop.output)
+        scores = self.sampling.scores(self.prompt + self.stop.output, self.draft.tokens, logits)
+        block, n_accepted = verify_greedy(self.draft.tokens, scores)
+        crop_cache(self.cache, seq_len + n_accepted)
+        committed = self.stop.accept(block)
+        proposed = [(s.offer.drafter, len(d.tokens), d.origin) for s, d in zip(self.decision.segments, self._segments)]
+        stats.record_round(proposed, n_accepted, len(committed), batch_size)
+        self.policy.update(self.decision, [n for _, n, _ in proposed], n_accepted)
+        for d in self.drafters:
+            d.observe(committed)
+        self.draft, self._segments, self.decision = Draft([]), [], PLAIN
+        stats.overhead_ms += (time.perf_counter() - t) * 1000
+        return StreamEvent(self._delta(), committed)
+
+    def check_cancel(self) -> None:
+        """End the request with ``"cancelled"`` when its cancel callback says so."""
+        if not self.done and self.cancel is not None and self.cancel():
+            self.stop.finish_reason = "cancelled"
+
+    def finish(self) -> StreamEvent:
+        """The last event, carrying the :class:`GenerationResult`; books the answer into the
+        engine's answer history."""
+        stats, stop = self.stats, self.stop
+        if self.cache is not None:
+            if stop.finish_reason == "repetition":  # τ counts what the user gets, not the cut repeats
+                stats.loop_cut_tokens = stop.generated - len(stop.output)
+                stats.decode_tokens = max(len(stop.output) - 1, 0)
+                stats.truncate(len(stop.output))
+            t_history = time.perf_counter()
+            self.engine.remember(self.prompt, stop.output)
+            stats.overhead_ms += (time.perf_counter() - t_history) * 1000
+            stats.decode_ms = (time.perf_counter() - self._t_decode) * 1000
+        stats.total_ms = (time.perf_counter() - self._t0) * 1000
+        stats.new_tokens = len(stop.output)
+        stats.finish_reason = stop.finish_reason
+        text = stop.final_text()
+        result = GenerationResult(list(stop.output), text, stop.finish_reason or "length", stats)
+        self.cache = None  # free the KV cache now, not when the caller drops the state
+        return StreamEvent(self.detok.finish(text), [], result)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _delta(self) -> str:
+        """Text that became final with the last commit: ids a loop cut may still remove and a
+        possibly unfinished stop string are held back; a finished output goes out with the result."""
+        if self.stop.finish_reason is not None:
+            return ""
+        return self.detok.push(self.stop.output[:self.stop.stable_length])
+
+    def _prefill_draft(self) -> bool:
+        """Whether a draft model with its own KV cache prefills the prompt for this request:
+        always when the request asks for the draft model alone; with ``auto`` when
+        :func:`~decoding.policy.draft_prefill_pays` over a typical answer (the recent answers'
+        mean length, half of it on generated spans). The decision and its numbers are in
+        ``stats.draft_prefill``."""
+        draft = next((d for d in self.drafters if isinstance(d, DraftModelDrafter)), None)
+        if draft is None or not draft.needs_prefill:
+            return False
+        if self.config.drafting is DraftingMode.DRAFT_MODEL:
+            self.stats.draft_prefill = "yes: the draft model alone was asked for"
+            return True
+        engine = self.engine
+        alpha = engine.acceptance.priors.get(draft.name, (0.0, 0.0))[1]
+        expected = min(self.budget, engine.typical_answer_tokens) / 2
+        pays, reason = draft_prefill_pays(engine.cost_model(len(self.prompt)), len(self.prompt), expected, alpha,
+                                          self.config.num_speculative_tokens)
+        self.stats.draft_prefill = f"{'yes' if pays else 'no'}: {reason}"
+        return pays
