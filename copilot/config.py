@@ -94,7 +94,9 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(50_000_000, ge=1024, description="multipart ingest upload limit (bytes)")
     max_upload_files: int = Field(100, ge=1, description="files per multipart ingest upload")
     ingest_root: Path | None = Field(None, description="server-side ingest paths must lie under it; unset = disabled")
-    queue_size: int = Field(8, ge=1, description="requests waiting for the generation worker")
+    queue_size: int = Field(8, ge=1, description="requests waiting for admission to the decoding batch")
+    max_batch: int = Field(8, ge=1, le=64, description="questions decoded together in one batch (1 = one at a time)")
+    heartbeat_s: float = Field(5.0, gt=0, le=60, description="SSE comment sent this often while a stream waits (s)")
     replica_id: str | None = Field(None, description="names this API replica as the owner of its ingest jobs; keep "
                                    "it stable across restarts (default: host name:port)")
     job_lease_s: float = Field(30.0, ge=1, le=3600, description="an ingest job whose replica sent no heartbeat for "

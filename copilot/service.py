@@ -20,7 +20,7 @@ from copilot.retrieval import HybridRetriever, Passage
 from copilot.sources import Source, group_by_document, with_highlights
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.derived_draft import AUTO_DRAFT, DERIVED_PREFIX, LEAN_DRAFT, derive_draft
-from decoding.engine import GenerationResult
+from decoding.engine import GenerationResult, StreamEvent
 from decoding.logits import effective_settings
 from decoding.stats import GenerationStats
 from decoding.lean_draft import MIN_AGREEMENT, MIN_STEP_RATIO, LeanDraftLoader
@@ -164,6 +164,25 @@ def load_draft(settings: Settings, target: LoadedModel) -> LoadedModel | None:
     if spec.startswith(DERIVED_PREFIX):
         return derive_draft(target, spec, cache_dir=settings.model_cache_dir)
     return load_model(spec, device=settings.device, dtype=settings.dtype, cache_dir=settings.model_cache_dir)
+
+
+class AnswerFeed:
+    """Turns one answer's engine events into answer events (:class:`AnswerEvent`) as they arrive, with the
+    citations checked (:mod:`copilot.citations`): a ``[n]`` naming none of ``n_sources``
+    sources is removed from the deltas and the result's text. Push-style, so a scheduler that
+    steps many answers in one batch can feed each its own events."""
+
+    def __init__(self, n_sources: int) -> None:
+        self.citations = CitationFilter(n_sources)
+
+    def convert(self, event: StreamEvent) -> AnswerEvent:
+        """The answer event for an engine event (the last one carries the result)."""
+        delta = self.citations.push(event.delta)
+        if event.result is None:
+            return AnswerEvent(delta)
+        delta += self.citations.finish()
+        event.result.text = self.citations.text
+        return AnswerEvent(delta, event.result, self.citations.invalid)
 
 
 class CopilotService:
@@ -390,38 +409,37 @@ class CopilotService:
         highlights = [h for s in sources for h in s.highlights]
         return assess(question, docs, highlights, self.store.embedder, self.settings.min_support)
 
-    def stream(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Iterator[AnswerEvent]:
-        """Decode a prepared question; the last event's ``result`` has the stats.
-
-        Deltas and the result's text have their citations checked (:mod:`copilot.citations`):
-        a ``[n]`` naming no source is removed. With no sources (empty store or nothing
-        matched) the fixed no-context answer is the result, and when the sources do not answer
-        the question (``prepared.grounding``) the "not found" answer listing the closest
-        entries, both without running the model (``token_ids`` are the answer's tokens,
-        ``finish_reason`` ``stop``).
-        """
+    def fixed_answer(self, prepared: Prepared) -> AnswerEvent | None:
+        """The answer given without running the model, if any: the no-context answer (no
+        sources: empty store or nothing matched) or, when the sources do not answer the question
+        (``prepared.grounding``), the "not found" answer listing the closest entries
+        (``token_ids`` are the answer's tokens, ``finish_reason`` ``stop``)."""
         fixed = None
         if not prepared.prompt.sources:
             fixed = NO_CONTEXT_ANSWER
         elif not prepared.grounding.answerable:
             titles = [" ".join(str(s.metadata.get("title") or s.doc_id).split()) for s in prepared.prompt.sources]
             fixed = not_found_answer(prepared.grounding, titles)
+        if fixed is None:
+            return None
+        ids = self.engine.target.tokenizer(fixed, add_special_tokens=False)["input_ids"]
+        stats = GenerationStats(prompt_tokens=len(prepared.prompt.input_ids), new_tokens=len(ids), finish_reason="stop")
+        return AnswerEvent(fixed, GenerationResult(ids, fixed, "stop", stats))
+
+    def stream(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Iterator[AnswerEvent]:
+        """Decode a prepared question; the last event's ``result`` has the stats.
+
+        Deltas and the result's text have their citations checked (:class:`AnswerFeed`). The
+        fixed answers (:meth:`fixed_answer`) are given without running the model.
+        """
+        fixed = self.fixed_answer(prepared)
         if fixed is not None:
-            ids = self.engine.target.tokenizer(fixed, add_special_tokens=False)["input_ids"]
-            stats = GenerationStats(prompt_tokens=len(prepared.prompt.input_ids), new_tokens=len(ids),
-                                    finish_reason="stop")
-            yield AnswerEvent(fixed, GenerationResult(ids, fixed, "stop", stats))
+            yield fixed
             return
-        citations = CitationFilter(len(prepared.prompt.sources))
+        feed = AnswerFeed(len(prepared.prompt.sources))
         for event in self.engine.stream(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids,
                                         cancel):
-            delta = citations.push(event.delta)
-            if event.result is None:
-                yield AnswerEvent(delta)
-            else:
-                delta += citations.finish()
-                event.result.text = citations.text
-                yield AnswerEvent(delta, event.result, citations.invalid)
+            yield feed.convert(event)
 
     def answer(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Answer:
         """Decode to completion (see :meth:`stream`)."""

@@ -110,37 +110,44 @@ class Batch:
 
     # -- one round ----------------------------------------------------------------------------
     def _plan(self, running: list[RequestState]) -> list[Decision]:
-        """Each request's plan. Alone: its own policy. In a batch: a fixed-γ request keeps its
-        γ; the others get γ from the table by batch size, or from :func:`allocate`."""
-        if len(running) == 1:
-            return [running[0].plan_alone()]
-        spec, n = self.speculation, len(running)
-        fixed = [s.fixed_plan(s.gamma_max()) if s.config.fixed_gamma else None for s in running]
-        if spec.schedule == "table":
-            gamma = spec.table_gamma(n)
-            return [f or s.fixed_plan(min(gamma, s.gamma_max())) for s, f in zip(running, fixed)]
-        free = [s for s, f in zip(running, fixed) if f is None]
-        curves = [s.policy.curve(s.chains(s.gamma_max()), s.gamma_max()) for s in free]
-        fixed_rows = sum(f.gamma + 1 for f in fixed if f is not None)
+        """Each request's plan: a fixed-γ request drafts its γ; a ``"table"`` request the
+        table's γ for this batch size; an ``"adaptive"`` one its own policy's choice when it is
+        alone, else γ from :func:`allocate` over the batch's adaptive requests."""
+        n, spec = len(running), self.speculation
+        plans: list[Decision | None] = []
+        for s in running:
+            if s.config.fixed_gamma:
+                plans.append(s.fixed_plan(s.gamma_max()))
+            elif s.config.gamma_schedule == "table":
+                plans.append(s.fixed_plan(min(spec.table_gamma(n), s.gamma_max())))
+            elif n == 1:
+                plans.append(s.plan_alone())
+            else:
+                plans.append(None)
+        adaptive = [s for s, p in zip(running, plans) if p is None]
+        if adaptive:
+            allotted = iter(self._allocate(adaptive, sum(p.gamma + 1 for p in plans if p is not None), running))
+            plans = [p if p is not None else next(allotted) for p in plans]
+        return plans  # type: ignore[return-value]
+
+    def _allocate(self, adaptive: list[RequestState], other_rows: int, running: list[RequestState]) -> list[Decision]:
+        """Plans for the adaptive requests of a batch (:func:`allocate`), each with its reason."""
+        spec = self.speculation
+        curves = [s.policy.curve(s.chains(s.gamma_max()), s.gamma_max()) for s in adaptive]
         context = sum(s.context_tokens for s in running)
         allocation = allocate([{g: (e, ms) for g, (e, ms, _) in c.items()} for c in curves],
-                              lambda rows: self.engine.pass_costs.estimate(rows + fixed_rows, context),
-                              max(spec.max_rows - fixed_rows, len(free)), spec.max_slowdown)
-        words = (f"batch of {n}: {allocation.rows + fixed_rows} rows, expected "
+                              lambda rows: self.engine.pass_costs.estimate(rows + other_rows, context),
+                              max(spec.max_rows - other_rows, len(adaptive)), spec.max_slowdown)
+        words = (f"batch of {len(running)}: {allocation.rows + other_rows} rows, expected "
                  f"{allocation.round_ms:.0f} ms and {allocation.goodput * 1000:.1f} tokens/s for the batch")
-        planned = iter(zip(curves, allocation.gammas))
-        out = []
-        for f in fixed:
-            if f is not None:
-                out.append(f)
-                continue
-            curve, gamma = next(planned)
+        plans = []
+        for curve, gamma in zip(curves, allocation.gammas):
             if gamma == 0:
-                out.append(Decision((), f"{words}; drafting does not raise it"))
+                plans.append(Decision((), f"{words}; drafting would not raise it"))
             else:
                 e, _, plan = curve[gamma]
-                out.append(Decision(plan.segments, f"{words}; γ={gamma}, {e:.2f} tokens expected"))
-        return out
+                plans.append(Decision(plan.segments, f"{words}; γ={gamma}, {e:.2f} tokens expected"))
+        return plans
 
     def _verify(self, running: list[RequestState]) -> list[torch.Tensor]:
         """One target pass over every request's last token and draft, timed into the engine's

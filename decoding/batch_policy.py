@@ -31,26 +31,22 @@ Curve = dict[int, tuple[float, float]]
 
 @dataclass(frozen=True)
 class BatchSpeculation:
-    """How a batch of ≥ 2 requests chooses γ (a lone request always uses its own policy).
+    """An engine's batch settings. A request's ``GenerationConfig.gamma_schedule`` picks
+    ``"adaptive"`` (:func:`allocate` in a batch; its own policy alone) or ``"table"``.
 
     Attributes:
-        schedule: ``"adaptive"`` (:func:`allocate`) or ``"table"`` (γ from ``table`` by
-            batch size, drafted as a fixed γ: vLLM's static schedule).
-        table: ``((min batch size, γ), …)``; the entry with the largest size ≤ the batch applies.
+        table: ``((min batch size, γ), …)`` for ``"table"`` requests (vLLM's static schedule,
+            drafted as a fixed γ); the entry with the largest size ≤ the batch applies.
         max_rows: most rows (tokens) one batched pass may hold.
         max_slowdown: a round may cost at most this × the same round without drafting.
     """
 
-    schedule: str = "adaptive"
     table: tuple[tuple[int, int], ...] = ((1, 8), (2, 4), (4, 2), (8, 1), (16, 0))
     max_rows: int = 32
     max_slowdown: float = 1.5
 
     def __post_init__(self) -> None:
-        """Raises ValueError: an unknown schedule, an empty or negative table, ``max_rows`` < 1
-        or ``max_slowdown`` < 1."""
-        if self.schedule not in ("adaptive", "table"):
-            raise ValueError(f"unknown batch speculation schedule {self.schedule!r}; use adaptive or table")
+        """Raises ValueError: an empty or negative table, ``max_rows`` < 1 or ``max_slowdown`` < 1."""
         if not self.table or any(b < 1 or g < 0 for b, g in self.table):
             raise ValueError(f"the γ table needs (batch size ≥ 1, γ ≥ 0) entries, got {self.table}")
         if self.max_rows < 1 or not self.max_slowdown >= 1.0:

@@ -63,6 +63,10 @@ class GenerationConfig:
         fixed_gamma: bypass the policy: every round drafts ``num_speculative_tokens``
             with the one drafter ``drafting`` names (prompt-lookup style; an ablation
             and a test hook). Needs ``drafting`` ``"ngram"`` or ``"draft_model"``.
+        gamma_schedule: how γ is chosen while the request shares target passes with others
+            (:mod:`decoding.batch_policy`): ``"adaptive"`` (alone: the policy; in a batch: γ
+            per request from the batch's cost) or ``"table"`` (vLLM-style: a fixed γ looked
+            up by batch size in the engine's ``BatchSpeculation.table``, at every size).
         loop_span: the loop stop's span L in tokens (:class:`decoding.stopping.LoopDetector`):
             when the last L output tokens occurred twice before, generation ends with
             ``finish_reason`` ``"repetition"``, the output cut before the repeats.
@@ -92,6 +96,7 @@ class GenerationConfig:
     drafting: DraftingMode = DraftingMode.AUTO
     num_speculative_tokens: int = 16
     fixed_gamma: bool = False
+    gamma_schedule: str = "adaptive"
     loop_span: int = 0
     repetition_penalty: float | None = None
     no_repeat_ngram_size: int | None = None
@@ -136,6 +141,8 @@ class GenerationConfig:
             raise ValueError(f"loop_span must be >= 0 (0 = no loop stop), got {self.loop_span}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.gamma_schedule not in ("adaptive", "table"):
+            raise ValueError(f"gamma_schedule must be adaptive|table, got {self.gamma_schedule!r}")
         if self.drafting not in tuple(DraftingMode):
             raise ValueError(f"drafting must be {'|'.join(m.value for m in DraftingMode)}, got {self.drafting!r}")
         object.__setattr__(self, "drafting", DraftingMode(self.drafting))

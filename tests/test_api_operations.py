@@ -193,13 +193,13 @@ def paced_server(make_app, embedded_target):
 
 def test_full_queue_answers_503_with_retry_after(paced_server):
     server, app, engine = paced_server
-    engine.gate.clear()  # the first request holds the worker
+    engine.gate.clear()  # the first request holds the scheduler
     payload = {"question": QUESTION, "max_new_tokens": 3}
     with httpx.Client(base_url=server.url, timeout=30) as c, ThreadPoolExecutor(2) as pool:
         first = pool.submit(c.post, "/v1/ask", json=payload)
         _wait(engine.started.is_set, what="the first generation to start")
         second = pool.submit(c.post, "/v1/ask", json=payload)
-        _wait(lambda: app.state.worker.depth == 1, what="the second request to queue")
+        _wait(lambda: app.state.scheduler.depth == 1, what="the second request to queue")
         r = c.post("/v1/ask", json=payload)
         assert r.status_code == 503, r.text
         assert int(r.headers["retry-after"]) >= 3 and "queue is full" in r.json()["detail"]
@@ -243,7 +243,7 @@ def test_client_leaving_while_queued_never_reaches_the_model(paced_server):
         _wait(engine.started.is_set, what="the first generation to start")
         with pytest.raises(httpx.ReadTimeout):  # queued behind the first, then gives up
             c.post("/v1/ask", json={"question": QUESTION, "max_new_tokens": 2, "stream": True}, timeout=0.75)
-        _wait(lambda: app.state.worker.depth == 1, what="the second request to be queued")
+        _wait(lambda: app.state.scheduler.depth == 1, what="the second request to be queued")
         time.sleep(POLL_WAIT_S)  # the server notices the disconnect while the request waits
         engine.gate.set()
         assert first.result().status_code == 200
@@ -291,4 +291,4 @@ def test_engine_failure_is_a_500_with_a_reason(make_app, embedded_target, sse_ev
         with c.stream("POST", "/v1/ask", json={"question": QUESTION, "stream": True}) as r:
             events = list(sse_events(r.iter_lines()))
         assert events[-1][0] == "error" and "boom" in events[-1][1]["detail"]
-        assert c.post("/v1/ask", json={"question": QUESTION}).status_code == 500  # the worker survives
+        assert c.post("/v1/ask", json={"question": QUESTION}).status_code == 500  # the scheduler survives

@@ -18,7 +18,7 @@ from copilot.api.limits import BodyLimitMiddleware
 from copilot.api.metrics import Metrics, MetricsMiddleware
 from copilot.api.routes import ask, chat, documents, health, ingest, metrics, search, ui
 from copilot.service import CopilotService
-from copilot.api.worker import GenerationWorker
+from copilot.api.scheduler import BatchScheduler, make_batch
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,9 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             await asyncio.to_thread(app.state.service.warm_up)
         else:
             app.state.service = service
-        app.state.worker = GenerationWorker(max_queue=settings.queue_size, retry_after_s=settings.retry_after_s)
-        app_metrics.bind_queue(lambda: app.state.worker.depth)
+        app.state.scheduler = BatchScheduler(lambda: make_batch(app.state.service.engine), settings.max_batch,
+                                             settings.queue_size, settings.retry_after_s)
+        app_metrics.bind_queue(lambda: app.state.scheduler.depth, lambda: app.state.scheduler.batch_size)
         app.state.ingest_jobs = await asyncio.to_thread(
             IngestJobManager, app.state.service.store, settings.uploads_dir,
             replica_id=settings.replica_id or f"{socket.gethostname()}:{settings.port}", lease_s=settings.job_lease_s,
@@ -63,7 +64,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             yield
         finally:
             app.state.ingest_jobs.close()
-            app.state.worker.close()
+            app.state.scheduler.close()
 
     app = FastAPI(title="OpsCopilot", version="0.1.0", lifespan=lifespan,
                   description="Question answering over operations logbooks and tickets, with citations.")

@@ -1,4 +1,4 @@
-"""FastAPI dependencies: settings, the service, the worker, metrics, ingest jobs, API-key auth."""
+"""FastAPI dependencies: settings, the service, the batch scheduler, metrics, ingest jobs, API-key auth."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from copilot.config import Settings
 from copilot.api.jobs import IngestJobManager
 from copilot.api.metrics import Metrics
 from copilot.service import CopilotService
-from copilot.api.worker import GenerationWorker
+from copilot.api.scheduler import BatchScheduler
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_KEYS")
 
@@ -26,9 +26,9 @@ def get_service(request: Request) -> CopilotService:
     return request.app.state.service
 
 
-def get_worker(request: Request) -> GenerationWorker:
-    """The generation worker."""
-    return request.app.state.worker
+def get_scheduler(request: Request) -> BatchScheduler:
+    """The batch scheduler (questions queue for it; it owns the model)."""
+    return request.app.state.scheduler
 
 
 def get_metrics(request: Request) -> Metrics:

@@ -1,11 +1,12 @@
-"""Running a question on the generation worker from async request handlers.
+"""Running a question on the batch scheduler from async request handlers.
 
 Shared by ``/v1/ask`` and ``/v1/chat/completions``. :func:`start` makes the cheap checks
-(422 bad question, 413 question over the prompt budget) and queues one job (full queue →
-503 with Retry-After) that retrieves, builds the prompt and decodes. Retrieval runs on the
-worker, not beside it: on a CPU-only host both are compute-bound, and running the query
-embedding while another request decodes slows both (measured on 2 cores: retrieval
-20 → 135 ms). :meth:`GenerationRun.prepared` waits for the prompt (sources known; a late
+(422 bad question, 413 question over the prompt budget) and queues one
+:class:`QuestionJob` (full queue → 503 with Retry-After). When the scheduler admits it, the
+job retrieves and builds the prompt on the scheduler's thread — not beside it: on a
+CPU-only host both are compute-bound, and running the query embedding while another
+request decodes slows both (measured on 2 cores: retrieval 20 → 135 ms) — then joins the
+decoding batch. :meth:`GenerationRun.prepared` waits for the prompt (sources known; a late
 413/422 from prompt building surfaces here), and :meth:`GenerationRun.deltas` streams the
 text, cancelling the job when the client disconnects or the consumer stops.
 """
@@ -22,21 +23,17 @@ from fastapi import HTTPException, Request, status
 
 from copilot.api.metrics import Metrics
 from copilot.prompting import PromptTooLongError
-from copilot.service import AnswerAssembler, CopilotService, Prepared
-from copilot.api.worker import DONE, GenerationWorker, Job, QueueFullError
+from copilot.service import AnswerAssembler, AnswerFeed, CopilotService, Prepared
+from copilot.api.scheduler import DONE, BatchLike, BatchScheduler, Job, QueueFullError
 
 log = logging.getLogger(__name__)
 
-#: Seconds between client-disconnect checks while waiting for the worker.
+#: Seconds between client-disconnect checks while waiting for the scheduler.
 POLL_S = 0.25
 
 
 class GenerationFailedError(RuntimeError):
     """The engine raised while generating (reported as HTTP 500 or an SSE ``error`` event)."""
-
-
-class ClientGoneError(Exception):
-    """The client disconnected before the answer started."""
 
 
 @dataclass
@@ -67,7 +64,7 @@ class Outcome:
         finish_reason: ``eos | stop | length | repetition | cancelled`` from the engine; ``stop`` for the
             fixed no-context answer.
         stats: engine statistics plus ``retrieval_ms`` (retrieval and prompt building),
-            ``queue_ms`` (wait for the worker) and ``finish_reason``; ``no_context: true``
+            ``queue_ms`` (wait for admission to the batch) and ``finish_reason``; ``no_context: true``
             when nothing was retrieved.
         prompt_tokens / completion_tokens: token counts for OpenAI-style ``usage``.
         cited: source numbers the answer cites (each names a source; invalid ones were
@@ -113,7 +110,7 @@ class GenerationRun:
         """
         while True:
             try:
-                event = await self.job.next_event_async(POLL_S)
+                event = await self.job.next_event(POLL_S)
             except TimeoutError:
                 event = None
             except Exception as exc:
@@ -129,7 +126,7 @@ class GenerationRun:
                 return event
 
     async def prepared(self, request: Request) -> Prepared:
-        """Wait (through the queue) until the worker has retrieved and built the prompt.
+        """Wait (through the queue) until the scheduler has retrieved and built the prompt.
 
         Raises:
             HTTPException: 413/422 when prompt building refused the question, 503 without a
@@ -149,7 +146,7 @@ class GenerationRun:
         return event.prepared
 
     async def deltas(self, request: Request, check_disconnect: bool = True) -> AsyncIterator[str]:
-        """Yield the answer's text deltas as the worker commits them (after :meth:`prepared`).
+        """Yield the answer's text deltas as the engine commits them (after :meth:`prepared`).
 
         Args:
             request: the request (polled for a client disconnect).
@@ -200,9 +197,72 @@ class GenerationRun:
                        [u.to_dict() for u in answer.unverified], answer.not_found)
 
 
-def start(request: Request, service: CopilotService, worker: GenerationWorker, metrics: Metrics, question: str, *,
+class QuestionJob(Job):
+    """One question on the scheduler: retrieval and prompt building when admitted, then its
+    decoding in the batch; the fixed answers (:meth:`CopilotService.fixed_answer`) and
+    refused prompts end it without decoding."""
+
+    def __init__(self, service: CopilotService, metrics: Metrics, question: str, prepare_kwargs: dict[str, Any],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.service, self.metrics, self.question, self.prepare_kwargs = service, metrics, question, prepare_kwargs
+        self.prepared: Prepared | None = None
+        self.feed: AnswerFeed | None = None
+        self.assembler: AnswerAssembler | None = None
+
+    def admit(self, batch: BatchLike) -> Any | None:
+        """Retrieve and build the prompt, then join ``batch`` (see :class:`~copilot.api.scheduler.Job`)."""
+        self.metrics.queue_wait.observe(time.perf_counter() - self.submitted_at)
+        try:
+            prepared = self.service.prepare(self.question, **self.prepare_kwargs)
+        except (ValueError, RuntimeError) as exc:  # PromptTooLongError is a ValueError
+            self.emit(_PromptRejected(exc))
+            self.emit(DONE)
+            return None
+        self.prepared, self.assembler = prepared, AnswerAssembler(prepared)
+        self.emit(_PromptReady(prepared))
+        fixed = self.service.fixed_answer(prepared)
+        if fixed is not None:
+            self._forward(fixed)
+            self.emit(DONE)
+            return None
+        self.feed = AnswerFeed(len(prepared.prompt.sources))
+        handle, events = batch.add(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids,
+                                   self.cancel_event.is_set)
+        for event in events:
+            self.deliver(event)
+        if events and events[-1].result is not None:  # ended at its first token
+            self.emit(DONE)
+            return None
+        return handle
+
+    def dropped(self) -> None:
+        self.metrics.observe_generation("cancelled")
+
+    def failed(self, exc: BaseException) -> None:
+        self.metrics.observe_generation("error")
+
+    def deliver(self, event: Any) -> None:
+        """Forward one engine event with its citations checked; book the metrics at the end."""
+        self._forward(self.feed.convert(event))
+
+    def _forward(self, answer_event: Any) -> None:
+        self.emit(answer_event)
+        self.assembler.add(answer_event)
+        result = answer_event.result
+        if result is None:
+            return
+        if result.finish_reason == "cancelled":
+            self.metrics.observe_generation("cancelled")
+        elif not self.prepared.prompt.sources:
+            self.metrics.observe_generation("no_context")
+        else:
+            self.metrics.observe_generation(result.finish_reason, result.stats.to_dict())
+
+
+def start(request: Request, service: CopilotService, scheduler: BatchScheduler, metrics: Metrics, question: str, *,
           endpoint: str, started: float | None = None, **prepare_kwargs: Any) -> GenerationRun:
-    """Check ``question`` and queue its retrieval and decoding on the worker.
+    """Check ``question`` and queue its retrieval and decoding on the scheduler.
 
     Args:
         request: the request being answered.
@@ -218,35 +278,9 @@ def start(request: Request, service: CopilotService, worker: GenerationWorker, m
         question = service.check(question, prepare_kwargs.get("config"))
     except (ValueError, RuntimeError) as exc:
         raise _as_http(exc) from exc
-
-    def run(emit, cancelled) -> None:
-        metrics.queue_wait.observe(time.perf_counter() - submitted)
-        if cancelled():  # the client left while queued
-            metrics.observe_generation("cancelled")
-            return
-        try:
-            prepared = service.prepare(question, **prepare_kwargs)
-        except (ValueError, RuntimeError) as exc:  # PromptTooLongError is a ValueError
-            emit(_PromptRejected(exc))
-            return
-        emit(_PromptReady(prepared))
-        assembler = AnswerAssembler(prepared)
-        try:
-            for event in service.stream(prepared, cancel=cancelled):
-                emit(event)
-                assembler.add(event)
-        except Exception:
-            metrics.observe_generation("error")
-            raise
-        if assembler.result is None:
-            metrics.observe_generation("cancelled")
-        elif not prepared.prompt.sources:
-            metrics.observe_generation("no_context")
-        else:
-            metrics.observe_generation(assembler.result.finish_reason, assembler.result.stats.to_dict())
-
+    job = QuestionJob(service, metrics, question, prepare_kwargs, asyncio.get_running_loop())
     try:
-        job = worker.submit(run, asyncio.get_running_loop())
+        scheduler.submit(job)
     except QueueFullError as exc:
         metrics.queue_rejections.inc()
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc),

@@ -59,16 +59,19 @@ class Metrics:
                                ["drafter"], buckets=ALPHA_BUCKETS, registry=r)
         self.proposed = Counter("copilot_draft_tokens_proposed", "Draft tokens proposed", ["drafter"], registry=r)
         self.accepted = Counter("copilot_draft_tokens_accepted", "Draft tokens accepted", ["drafter"], registry=r)
-        self.queue_depth = Gauge("copilot_queue_depth", "Requests waiting for the generation worker", registry=r)
-        self.queue_wait = Histogram("copilot_queue_wait_seconds", "Time a request waited for the worker",
+        self.queue_depth = Gauge("copilot_queue_depth", "Requests waiting for admission to the decoding batch",
+                                 registry=r)
+        self.batch_size = Gauge("copilot_batch_size", "Requests decoding together in the batch now", registry=r)
+        self.queue_wait = Histogram("copilot_queue_wait_seconds", "Time a request waited for admission to the batch",
                                     buckets=LATENCY_BUCKETS, registry=r)
         self.queue_rejections = Counter("copilot_queue_rejections", "Requests refused with 503 (queue full)",
                                         registry=r)
         self.ingest_jobs = Counter("copilot_ingest_jobs", "Finished ingest jobs by status", ["status"], registry=r)
 
-    def bind_queue(self, depth: Callable[[], int]) -> None:
-        """Report ``depth()`` as the queue depth at every scrape."""
+    def bind_queue(self, depth: Callable[[], int], batch_size: Callable[[], int]) -> None:
+        """Report ``depth()`` as the queue depth and ``batch_size()`` as the batch size at every scrape."""
         self.queue_depth.set_function(depth)
+        self.batch_size.set_function(batch_size)
 
     def render(self) -> bytes:
         """The registry in Prometheus text format."""

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from copilot.api.schemas import Filters, JSONObject, Seed, QuoteOut, SourceOut, UnverifiedOut, Text, logits_settings
+from copilot.api.schemas import (SPECULATION_HELP, Filters, JSONObject, QuoteOut, Seed, SourceOut, Speculation, Text,
+                                 UnverifiedOut, logits_settings, speculation_settings)
 
 
 class ContentPart(BaseModel):
@@ -118,6 +119,8 @@ class ChatCompletionRequest(BaseModel):
     # OpsCopilot extensions
     top_k: int | None = Field(None, ge=1, le=100, description="source documents to retrieve")
     filters: Filters | None = None
+    speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
+    num_speculative_tokens: int | None = Field(None, ge=1, le=16, description="γ ceiling per round (default: settings)")
 
     @model_validator(mode="after")
     def _check(self) -> "ChatCompletionRequest":
@@ -162,6 +165,10 @@ class ChatCompletionRequest(BaseModel):
     def logits_settings(self) -> dict[str, Any]:
         """``logit_bias`` and the penalties for :meth:`CopilotService.generation_config`."""
         return logits_settings(self)
+
+    def speculation_settings(self) -> dict[str, Any]:
+        """The speculation settings for :meth:`CopilotService.generation_config` (unset ones left out)."""
+        return speculation_settings(self)
 
     @property
     def stop_strings(self) -> tuple[str, ...]:

@@ -14,6 +14,25 @@ from copilot.filters import Filters, JSONObject, Text  # noqa: F401 (re-exported
 from copilot.sources import Source
 
 
+#: How an answer speculates (the output is the same in every mode; only its speed differs).
+Speculation = Literal["adaptive", "off", "fixed", "table"]
+SPECULATION_HELP = ("adaptive (default): the cost-aware policy alone, γ from the batch's cost when sharing passes; "
+                    "off: no drafting; fixed: the n-gram drafter drafts num_speculative_tokens every round; "
+                    "table: γ from a vLLM-style table by batch size")
+_SPECULATION_OVERRIDES: dict[str, dict[str, Any]] = {
+    "adaptive": {"gamma_schedule": "adaptive"}, "off": {"drafting": "off"},
+    "fixed": {"drafting": "ngram", "fixed_gamma": True}, "table": {"gamma_schedule": "table"}}
+
+
+def speculation_settings(body: BaseModel) -> dict[str, Any]:
+    """:class:`decoding.config.GenerationConfig` fields for a request's ``speculation`` and
+    ``num_speculative_tokens`` (unset ones left out)."""
+    out = dict(_SPECULATION_OVERRIDES[body.speculation]) if getattr(body, "speculation", None) else {}
+    if getattr(body, "num_speculative_tokens", None) is not None:
+        out["num_speculative_tokens"] = body.num_speculative_tokens
+    return out
+
+
 #: A seed for torch's generator (a signed 64-bit integer).
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 
@@ -52,10 +71,16 @@ class AskRequest(BaseModel):
     logit_bias: dict[Text, float] | None = Field(None, description="OpenAI logit_bias: {token id: bias in [-100, 100]}")
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI frequency penalty")
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI presence penalty")
+    speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
+    num_speculative_tokens: int | None = Field(None, ge=1, le=16, description="γ ceiling per round (default: settings)")
 
     def logits_settings(self) -> dict[str, Any]:
         """The logits settings for :meth:`CopilotService.generation_config` (unset ones left out)."""
         return logits_settings(self)
+
+    def speculation_settings(self) -> dict[str, Any]:
+        """The speculation settings for :meth:`CopilotService.generation_config` (unset ones left out)."""
+        return speculation_settings(self)
 
 
 #: Request fields passed through to :class:`decoding.config.GenerationConfig` as they are.

@@ -9,13 +9,13 @@ from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
 from copilot.api import generation
-from copilot.api.dependencies import ask_auth, get_metrics, get_service, get_worker
+from copilot.api.dependencies import ask_auth, get_metrics, get_service, get_scheduler
 from copilot.api.generation import GenerationFailedError
 from copilot.api.metrics import Metrics
 from copilot.prompting import ChatTurn
 from copilot.api.schemas import AskRequest, AskResponse, ErrorResponse, SourceOut
 from copilot.service import CopilotService
-from copilot.api.worker import GenerationWorker
+from copilot.api.scheduler import BatchScheduler
 
 router = APIRouter(prefix="/v1", tags=["ask"])
 
@@ -24,7 +24,7 @@ ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 413, 422, 500, 5
 
 @router.post("/ask", response_model=AskResponse, responses=ERRORS, dependencies=[Depends(ask_auth)])
 async def ask(body: AskRequest, request: Request, service: CopilotService = Depends(get_service),
-              worker: GenerationWorker = Depends(get_worker), metrics: Metrics = Depends(get_metrics)):
+              scheduler: BatchScheduler = Depends(get_scheduler), metrics: Metrics = Depends(get_metrics)):
     """Answer a question from the logbooks and tickets, citing passages as [n].
 
     Sources are documents (one entry each, matched chunks under it) with evidence lines
@@ -39,41 +39,54 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
     With ``"stream": true`` the response is ``text/event-stream``: one ``sources`` event
     (``{"sources": [...]}``, before the answer starts), ``delta`` events (``{"text": ...}``;
     they add up to the final answer), then one ``done`` event with ``answer``, ``sources``,
-    ``cited``, ``quotes``, ``unverified``, ``not_found`` and ``stats`` (or an ``error`` event with ``detail`` if generation failed). Errors: 413 question over the
-    prompt budget, 422 invalid request, 503 queue full (with Retry-After) or no model.
+    ``cited``, ``quotes``, ``unverified``, ``not_found`` and ``stats`` (or an ``error`` event with ``detail``
+    if generation failed, and ``status`` when the prompt was refused after the stream began). A
+    stream starts at once and carries SSE comments every ``heartbeat_s`` while the question
+    waits for the batch. Errors: 413 question over the prompt budget, 422 invalid request, 503
+    queue full (with Retry-After) or no model.
     """
     started = time.perf_counter()
     try:
         config = service.generation_config(body.max_new_tokens, temperature=body.temperature, top_p=body.top_p,
-                                           seed=body.seed, **body.logits_settings())
+                                           seed=body.seed, **body.logits_settings(),
+                                           **body.speculation_settings())
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
-    run = generation.start(request, service, worker, metrics, body.question, endpoint="ask", started=started,
+    run = generation.start(request, service, scheduler, metrics, body.question, endpoint="ask", started=started,
                            top_k=body.top_k, config=config,
                            flt=body.filters.to_search_filter() if body.filters else None,
                            history=[ChatTurn(m.role, m.content) for m in body.history])
-    prepared = await run.prepared(request)
-    sources = prepared.prompt.sources
 
-    def sources_out(cited: list[int]) -> list[dict]:
+    def sources_out(sources: list, cited: list[int]) -> list[dict]:
         return [SourceOut.from_source(s, cited).model_dump() for s in sources]
 
-    if body.stream:
+    if body.stream:  # the response starts now: heartbeats flow while the question waits in the queue
         async def sse():
-            yield {"event": "sources", "data": json.dumps({"sources": sources_out([])})}
             try:
-                async for delta in run.deltas(request, check_disconnect=False):
-                    yield {"event": "delta", "data": json.dumps({"text": delta})}
-            except GenerationFailedError as exc:
-                yield {"event": "error", "data": json.dumps({"detail": str(exc)})}
-                return
-            outcome = run.outcome()
-            yield {"event": "done", "data": json.dumps({"answer": outcome.text, "sources": sources_out(outcome.cited),
-                                                        "cited": outcome.cited, **outcome.trust(),
-                                                        "stats": outcome.stats})}
+                try:
+                    prepared = await run.prepared(request)
+                except HTTPException as exc:  # refused while building the prompt (413/422), or no model
+                    yield {"event": "error", "data": json.dumps({"detail": exc.detail, "status": exc.status_code})}
+                    return
+                sources = prepared.prompt.sources
+                yield {"event": "sources", "data": json.dumps({"sources": sources_out(sources, [])})}
+                try:
+                    async for delta in run.deltas(request, check_disconnect=False):
+                        yield {"event": "delta", "data": json.dumps({"text": delta})}
+                except GenerationFailedError as exc:
+                    yield {"event": "error", "data": json.dumps({"detail": str(exc)})}
+                    return
+                outcome = run.outcome()
+                yield {"event": "done", "data": json.dumps({"answer": outcome.text,
+                                                            "sources": sources_out(sources, outcome.cited),
+                                                            "cited": outcome.cited, **outcome.trust(),
+                                                            "stats": outcome.stats})}
+            finally:
+                run.job.cancel()  # no-op once finished; the client left otherwise
 
-        return EventSourceResponse(sse())
+        return EventSourceResponse(sse(), ping=service.settings.heartbeat_s)
 
+    prepared = await run.prepared(request)
     outcome = await run.complete(request)
-    return AskResponse(answer=outcome.text, sources=sources_out(outcome.cited), cited=outcome.cited,
+    return AskResponse(answer=outcome.text, sources=sources_out(prepared.prompt.sources, outcome.cited), cited=outcome.cited,
                        **outcome.trust(), stats=outcome.stats)

@@ -22,13 +22,14 @@ import json
 import re
 import time
 import uuid
+from typing import AsyncIterator, Callable
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
 from copilot.api import generation
 from copilot.config import Settings
-from copilot.api.dependencies import ask_auth, get_metrics, get_service, get_settings, get_worker
+from copilot.api.dependencies import ask_auth, get_metrics, get_service, get_settings, get_scheduler
 from copilot.api.errors import ParameterError
 from copilot.api.generation import GenerationFailedError
 from copilot.api.metrics import Metrics
@@ -37,7 +38,7 @@ from copilot.api.openai_schemas import (AssistantMessage, ChatCompletion, ChatCo
 from copilot.prompting import ChatTurn
 from copilot.api.schemas import SourceOut
 from copilot.service import CopilotService
-from copilot.api.worker import GenerationWorker
+from copilot.api.scheduler import BatchScheduler
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -104,7 +105,7 @@ async def list_models(request: Request, settings: Settings = Depends(get_setting
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            settings: Settings = Depends(get_settings),
                            service: CopilotService = Depends(get_service),
-                           worker: GenerationWorker = Depends(get_worker),
+                           scheduler: BatchScheduler = Depends(get_scheduler),
                            metrics: Metrics = Depends(get_metrics)):
     """Answer the last user message over the logbooks and tickets (OpenAI chat format).
 
@@ -127,14 +128,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                    for m in body.messages[:-1] if m.role in ("user", "assistant")]
         config = service.generation_config(body.budget, temperature=body.temperature or 0.0,
                                            top_p=body.top_p if body.top_p is not None else 1.0, seed=body.seed,
-                                           stop_strings=body.stop_strings, **body.logits_settings())
+                                           stop_strings=body.stop_strings, **body.logits_settings(),
+                                           **body.speculation_settings())
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
-    run = generation.start(request, service, worker, metrics, question, endpoint="chat", started=started,
+    run = generation.start(request, service, scheduler, metrics, question, endpoint="chat", started=started,
                            top_k=body.top_k, config=config, history=history,
                            flt=body.filters.to_search_filter() if body.filters else None)
-    prepared = await run.prepared(request)
-    sources = prepared.prompt.sources
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
 
@@ -151,29 +151,19 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                 choice["delta"] = {k: v for k, v in choice["delta"].items() if v is not None}
             return json.dumps(data)
 
-        async def sse():
-            yield {"data": chunk(choices=[ChunkChoice(delta=Delta(role="assistant", content=""),
-                                                      finish_reason=None)])}
+        async def sse():  # starts at once: the role chunk, then heartbeats while the question waits
             try:
-                async for delta in run.deltas(request, check_disconnect=False):
-                    yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=delta), finish_reason=None)])}
-            except GenerationFailedError as exc:
-                yield {"data": OpenAIError.model_validate(
-                    {"error": {"message": str(exc), "type": "server_error"}, "detail": str(exc)}).model_dump_json()}
-                return
-            outcome = run.outcome()
-            out = _sources(sources, outcome)
-            footer = sources_footer(out, outcome.unverified) if settings.openai_sources_footer else ""
-            if footer:
-                yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=footer), finish_reason=None)])}
-            yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=_finish_reason(outcome.finish_reason))],
-                                 sources=out, **outcome.trust(), stats=outcome.stats)}
-            if include_usage:
-                yield {"data": chunk(choices=[], usage=_usage(outcome))}
-            yield {"data": "[DONE]"}
+                yield {"data": chunk(choices=[ChunkChoice(delta=Delta(role="assistant", content=""),
+                                                          finish_reason=None)])}
+                async for item in _answer_chunks(run, request, settings, include_usage, chunk):
+                    yield item
+            finally:
+                run.job.cancel()  # no-op once finished; the client left otherwise
 
-        return EventSourceResponse(sse())
+        return EventSourceResponse(sse(), ping=settings.heartbeat_s)
 
+    prepared = await run.prepared(request)
+    sources = prepared.prompt.sources
     outcome = await run.complete(request)
     out = _sources(sources, outcome)
     content = outcome.text + (sources_footer(out, outcome.unverified) if settings.openai_sources_footer else "")
@@ -181,6 +171,37 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                           choices=[Choice(message=AssistantMessage(content=content),
                                           finish_reason=_finish_reason(outcome.finish_reason))],
                           usage=_usage(outcome), sources=out, **outcome.trust(), stats=outcome.stats)
+
+
+async def _answer_chunks(run: generation.GenerationRun, request: Request, settings: Settings, include_usage: bool,
+                         chunk: Callable[..., str]) -> AsyncIterator[dict]:
+    """The streamed answer after the role chunk: content deltas, the sources footer, the final
+    chunk with the extensions, usage when asked for, ``[DONE]``; an error object instead when
+    the prompt was refused or generation failed."""
+    try:
+        prepared = await run.prepared(request)
+    except HTTPException as exc:  # refused while building the prompt (413/422), or no model
+        yield {"data": OpenAIError.model_validate(
+            {"error": {"message": str(exc.detail), "type": "invalid_request_error", "code": str(exc.status_code)},
+             "detail": str(exc.detail)}).model_dump_json()}
+        return
+    try:
+        async for delta in run.deltas(request, check_disconnect=False):
+            yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=delta), finish_reason=None)])}
+    except GenerationFailedError as exc:
+        yield {"data": OpenAIError.model_validate(
+            {"error": {"message": str(exc), "type": "server_error"}, "detail": str(exc)}).model_dump_json()}
+        return
+    outcome = run.outcome()
+    out = _sources(prepared.prompt.sources, outcome)
+    footer = sources_footer(out, outcome.unverified) if settings.openai_sources_footer else ""
+    if footer:
+        yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=footer), finish_reason=None)])}
+    yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=_finish_reason(outcome.finish_reason))],
+                         sources=out, **outcome.trust(), stats=outcome.stats)}
+    if include_usage:
+        yield {"data": chunk(choices=[], usage=_usage(outcome))}
+    yield {"data": "[DONE]"}
 
 
 def _usage(outcome: generation.Outcome) -> Usage:

@@ -1,0 +1,308 @@
+"""The batch scheduler: one thread owns the model and decodes every admitted question at once.
+
+Questions queue first come, first served (a bounded queue: a full one refuses at once, and
+the API answers 503 with a ``Retry-After`` from the measured drain rate). Between decoding
+rounds the scheduler admits waiting questions while fewer than ``max_batch`` decode — each
+retrieves and builds its prompt on this thread, then joins the engine's
+:class:`~decoding.batch.Batch` — and then runs one round for all of them. Every round
+advances every running answer, so a long answer never starves a short one, and a finished,
+failed or cancelled (disconnected) answer leaves at the round boundary without disturbing
+the others.
+
+Events go back to the request that submitted the job through an :class:`asyncio.Queue` on
+its event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Protocol, Sequence
+
+log = logging.getLogger(__name__)
+
+#: The sentinel a job's event stream ends with.
+DONE = object()
+
+
+class QueueFullError(RuntimeError):
+    """The generation queue is full; retry after ``retry_after_s`` seconds."""
+
+    def __init__(self, depth: int, retry_after_s: int) -> None:
+        super().__init__(f"generation queue is full ({depth} waiting); retry in {retry_after_s} s")
+        self.depth = depth
+        self.retry_after_s = retry_after_s
+
+
+class JobError:
+    """An exception delivered to the waiting request in place of an event."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class BatchLike(Protocol):
+    """What the scheduler drives: :class:`decoding.batch.Batch` (or :class:`InterleavedBatch`)."""
+
+    active: Sequence[Any]
+
+    def add(self, prompt_ids: Sequence[int], config: Any, contexts: Sequence[Sequence[int]] = (),
+            cancel: Callable[[], bool] | None = None) -> tuple[Any, list[Any]]: ...
+
+    def step(self) -> list[tuple[Any, Any]]: ...
+
+
+class Job:
+    """A queued question. Subclasses implement :meth:`admit` and :meth:`deliver`, both called
+    on the scheduler thread.
+
+    Attributes:
+        submitted_at / started_at / finished_at: ``time.perf_counter()`` seconds (None until then).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.cancel_event = threading.Event()
+        self.submitted_at = time.perf_counter()
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self._loop = loop
+        self._events: asyncio.Queue = asyncio.Queue()
+
+    # -- scheduler side ----------------------------------------------------------------------
+    def admit(self, batch: BatchLike) -> Any | None:
+        """Prepare and join ``batch``; return the batch's handle, or ``None`` when the job ended
+        without decoding (its events and :data:`DONE` already emitted)."""
+        raise NotImplementedError
+
+    def deliver(self, event: Any) -> None:
+        """One engine event of this job's request (the last one carries the result)."""
+        raise NotImplementedError
+
+    def dropped(self) -> None:
+        """The job was cancelled while it waited and is dropped unadmitted."""
+
+    def failed(self, exc: BaseException) -> None:
+        """The job's admission or a decoding round it was in raised ``exc``."""
+
+    def emit(self, item: Any) -> None:
+        """Deliver an event (or :data:`DONE`, or a :class:`JobError`) to the consumer."""
+        try:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, item)
+        except RuntimeError:  # the consumer's event loop is closed: nobody is listening
+            self.cancel()
+
+    # -- consumer side -----------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Ask the job to stop at its next round boundary (no-op once it finished)."""
+        self.cancel_event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self.cancel_event.is_set()
+
+    @property
+    def queue_ms(self) -> float | None:
+        """Milliseconds the job waited before it was admitted (None while waiting)."""
+        return None if self.started_at is None else (self.started_at - self.submitted_at) * 1000
+
+    async def next_event(self, timeout: float | None = None) -> Any:
+        """The next event, :data:`DONE` at the end.
+
+        Raises:
+            TimeoutError: nothing arrived within ``timeout`` seconds.
+            Exception: the one the job raised.
+        """
+        item = await asyncio.wait_for(self._events.get(), timeout)
+        if isinstance(item, JobError):
+            raise item.exc
+        return item
+
+
+class InterleavedBatch:
+    """A :class:`BatchLike` over an engine that only streams (``engine.stream(...)``, e.g. a
+    stand-in or a remote engine): its requests take turns, one event each per round."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.active: list[Any] = []
+
+    def add(self, prompt_ids, config, contexts=(), cancel=None) -> tuple[Any, list[Any]]:
+        stream = self.engine.stream(prompt_ids, config, contexts, cancel)
+        first = next(stream)
+        if first.result is None:
+            self.active.append(stream)
+        return stream, [first]
+
+    def step(self) -> list[tuple[Any, Any]]:
+        events = []
+        for stream in list(self.active):
+            event = next(stream)
+            events.append((stream, event))
+            if event.result is not None:
+                self.active.remove(stream)
+        return events
+
+
+def make_batch(engine: Any) -> BatchLike:
+    """The engine's own :class:`~decoding.batch.Batch`, or :class:`InterleavedBatch` for an
+    engine that only streams."""
+    return engine.batch() if hasattr(engine, "batch") else InterleavedBatch(engine)
+
+
+class BatchScheduler:
+    """One thread that admits queued jobs into a batch and steps it.
+
+    Args:
+        new_batch: makes an empty batch (again after a failed round).
+        max_batch: most questions decoding at once (≥ 1; 1 = one at a time).
+        max_queue: questions that may wait (the running ones not counted).
+        retry_after_s: the smallest Retry-After hint (seconds).
+
+    Raises:
+        ValueError: ``max_batch`` or ``max_queue`` below 1.
+    """
+
+    def __init__(self, new_batch: Callable[[], BatchLike], max_batch: int = 8, max_queue: int = 8,
+                 retry_after_s: int = 5) -> None:
+        if max_batch < 1 or max_queue < 1:
+            raise ValueError(f"max_batch and max_queue must be >= 1, got {max_batch}, {max_queue}")
+        self.new_batch, self.max_batch, self.max_queue = new_batch, max_batch, max_queue
+        self.retry_after_s = retry_after_s
+        self._queue: "queue.Queue[Job | None]" = queue.Queue(maxsize=max_queue)
+        self._finished: deque[float] = deque(maxlen=32)  # perf_counter() of recent completions
+        self._running = 0
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name="batch-scheduler", daemon=True)
+        self._thread.start()
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting for admission."""
+        return self._queue.qsize()
+
+    @property
+    def batch_size(self) -> int:
+        """Jobs decoding now."""
+        return self._running
+
+    def drain_rate(self) -> float | None:
+        """Answers finished per second over the recent completions (None before two)."""
+        times = list(self._finished)
+        if len(times) < 2 or times[-1] <= times[0]:
+            return None
+        return (len(times) - 1) / (times[-1] - times[0])
+
+    def retry_after(self) -> int:
+        """Seconds a refused client should wait: the waiting jobs ÷ the measured drain rate,
+        at least ``retry_after_s``, at most an hour."""
+        rate = self.drain_rate()
+        if rate is None:
+            return self.retry_after_s
+        return max(self.retry_after_s, min(3600, math.ceil(max(self.depth, 1) / rate)))
+
+    def submit(self, job: Job) -> Job:
+        """Queue ``job``.
+
+        Raises:
+            QueueFullError: ``max_queue`` jobs are already waiting.
+        """
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            raise QueueFullError(self._queue.qsize(), self.retry_after()) from None
+        return job
+
+    # -- the scheduler thread ----------------------------------------------------------------
+    def _loop(self) -> None:
+        batch, jobs = self.new_batch(), {}
+        while not self._closing:
+            if not self._admit(batch, jobs, block=not jobs):
+                break
+            if not jobs:
+                continue
+            try:
+                events = batch.step()
+            except BaseException as exc:  # the batch's state is unknown now: fail its jobs, start anew
+                log.exception("a decoding round failed")
+                for job in jobs.values():
+                    self._end(job, JobError(exc))
+                batch, jobs = self.new_batch(), {}
+                continue
+            for handle, event in events:
+                job = jobs[id(handle)]
+                self._deliver(job, event)
+                if event.result is not None:
+                    del jobs[id(handle)]
+                    self._end(job, DONE)
+            self._running = len(jobs)
+        for job in jobs.values():  # shutting down mid-answer
+            job.cancel()
+            job.emit(DONE)
+
+    def _admit(self, batch: BatchLike, jobs: dict[int, Job], block: bool) -> bool:
+        """Admit waiting jobs while the batch has room (waiting for one when ``block``);
+        False when told to stop."""
+        while len(jobs) < self.max_batch:
+            try:
+                job = self._queue.get(timeout=0.5) if block else self._queue.get_nowait()
+            except queue.Empty:
+                return True
+            if job is None:
+                return False
+            block = False
+            job.started_at = time.perf_counter()
+            if job.cancelled:  # the client left while it waited
+                job.dropped()
+                self._end(job, DONE)
+                continue
+            try:
+                handle = job.admit(batch)
+            except BaseException as exc:  # delivered to the waiting request
+                log.exception("a question failed before decoding")
+                self._end(job, JobError(exc))
+                continue
+            if handle is None:
+                self._end(job, None)
+            else:
+                jobs[id(handle)] = job
+                self._running = len(jobs)
+        return True
+
+    def _deliver(self, job: Job, event: Any) -> None:
+        try:
+            job.deliver(event)
+        except BaseException:  # a consumer-side failure must not stop the batch
+            log.exception("delivering an event failed")
+            job.cancel()
+
+    def _end(self, job: Job, last: Any) -> None:
+        job.finished_at = time.perf_counter()
+        if isinstance(last, JobError):
+            job.failed(last.exc)
+        if last is not None:
+            job.emit(last)
+        if not job.cancelled and not isinstance(last, JobError):
+            self._finished.append(job.finished_at)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Cancel the waiting jobs and stop after the current round (used at shutdown)."""
+        self._closing = True
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancel()
+                job.emit(DONE)
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:  # a racing submit refilled it; the flag stops the loop
+            pass
+        self._thread.join(timeout=timeout)
