@@ -54,6 +54,21 @@ _device_opt = typer.Option("auto", help="with --cases: auto | cpu | cuda | cuda:
 _dtype_opt = typer.Option("auto", help="with --cases: auto | float32 | bfloat16 | float16 (else COPILOT_DTYPE)")
 
 
+def _batch_sizes(option: str) -> tuple[int, ...]:
+    """``"2,4,8"`` → ``(2, 4, 8)``.
+
+    Raises:
+        typer.BadParameter: a size that is not an integer ≥ 2.
+    """
+    try:
+        sizes = tuple(int(part) for part in option.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"batch sizes must be integers, got {option!r}", param_hint="--batched") from None
+    if any(size < 2 for size in sizes):
+        raise typer.BadParameter(f"batch sizes must be >= 2, got {option!r}", param_hint="--batched")
+    return sizes
+
+
 def _loop_span(setup, option: Optional[int]) -> int:
     """``--loop-span`` if given, else the service's: ``loop_span`` when ``loop_stop`` is on, else 0."""
     return option if option is not None else setup.loop_span
@@ -114,7 +129,9 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
               allow_near_ties: Optional[float] = typer.Option(
                   None, help="pass divergences whose reference top-1/top-2 logit margin is <= this"),
               loop_span: Optional[int] = _loop_span_opt, cases_file: Optional[Path] = _cases_opt,
-              subset: Optional[int] = _subset_opt, device: str = _device_opt, dtype: str = _dtype_opt) -> None:
+              subset: Optional[int] = _subset_opt, device: str = _device_opt, dtype: str = _dtype_opt,
+              batched: str = typer.Option("", help="also decode every mode in batches of these sizes, e.g. 2,4,8 "
+                                                   "(modes MODE@bN, each answer against its solo greedy)")) -> None:
     """Every decoding mode vs plain greedy generate() cut by the same stops (EOS, budget, loop
     stop); non-zero exit on a divergence."""
     from evals.exactness import failing_divergences, run_exactness
@@ -125,7 +142,7 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
                                       cases_file, device, dtype, subset)
     try:
         span = _loop_span(setup, loop_span)
-        result = run_exactness(setup.engine, cases, n_tokens, loop_span=span)
+        result = run_exactness(setup.engine, cases, n_tokens, loop_span=span, batch_sizes=_batch_sizes(batched))
         result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens)
     finally:
         setup.close()

@@ -20,6 +20,11 @@ top-1/top-2 logit margin at that position in the reference, so a numerical near-
 (tiny margin, e.g. bf16) is told apart from a bug (large margin). A divergence where no
 token differs but the output ends elsewhere or for another reason is a ``"stop"``
 divergence (no margin: always a bug).
+
+Batched modes (``mode@bN``, :func:`run_exactness` ``batch_sizes``) decode every case through
+one :class:`decoding.batch.Batch` with up to N running at once, one request joining per round
+(so requests join and leave in the middle of others' answers), and hold each to its own
+solo reference (DESIGN.md: "a request's output equals plain greedy of that request alone").
 """
 
 from __future__ import annotations
@@ -169,6 +174,32 @@ def _decode(engine: SpeculativeEngine, case: Case, config: GenerationConfig):
     return result, committed
 
 
+def _decode_batched(engine: SpeculativeEngine, cases: list[Case], config: GenerationConfig,
+                    batch_size: int) -> list[tuple]:
+    """Every case through one batch of at most ``batch_size``, one joining per round while
+    there is room: per case, ``(result, committed ids, largest batch it shared)``."""
+    batch, pending = engine.batch(), list(enumerate(cases))
+    out: list[tuple] = [()] * len(cases)
+    committed: list[list[int]] = [[] for _ in cases]
+    index: dict[int, int] = {}
+
+    def record(i: int, event) -> None:
+        committed[i] += event.token_ids
+        if event.result is not None:
+            out[i] = (event.result, committed[i], event.result.stats.max_batch_size)
+
+    while pending or batch.active:
+        if pending and len(batch) < batch_size:
+            i, case = pending.pop(0)
+            state, events = batch.add(case.prompt_ids, config, case.context_ids)
+            index[id(state)] = i
+            for event in events:
+                record(i, event)
+        for state, event in batch.step():
+            record(index[id(state)], event)
+    return out
+
+
 def compare(engine: SpeculativeEngine, case: Case, mode: str, ref: Reference, got: list[int], got_finish: str,
             committed: list[int], settings: LogitsSettings | None = None) -> Divergence | None:
     """None when ``got`` (and its finish reason) is the reference's; else the divergence.
@@ -192,10 +223,13 @@ def compare(engine: SpeculativeEngine, case: Case, mode: str, ref: Reference, go
 
 
 def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: int,
-                  modes: list[str] | None = None, loop_span: int = 0, generation: dict | None = None) -> dict:
+                  modes: list[str] | None = None, loop_span: int = 0, generation: dict | None = None,
+                  batch_sizes: tuple[int, ...] = ()) -> dict:
     """Decode every case in every mode and compare with the reference.
 
     Args:
+        batch_sizes: also decode all cases in every mode through a batch of each size
+            (modes ``"{mode}@b{size}"``; see :func:`_decode_batched`), each against its solo reference.
         loop_span: the loop stop's span for every mode and the reference (0 = no loop stop).
         generation: extra :class:`GenerationConfig` fields for every mode (logits settings such
             as ``{"repetition_penalty": 1.2, "logit_bias": {...}}``); the reference is
@@ -221,9 +255,10 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
     divergences: list[Divergence] = []
     reference_finish: Counter[str] = Counter()
     rows = []
+    references: dict[str, Reference] = {}
     for case in cases:
         t0 = time.perf_counter()
-        ref = reference(engine, case.prompt_ids, max_new_tokens, loop_span, settings)
+        ref = references[case.question.id] = reference(engine, case.prompt_ids, max_new_tokens, loop_span, settings)
         reference_finish[ref.finish_reason] += 1
         row = {"id": case.question.id, "question": case.question.question, "prompt_tokens": len(case.prompt_ids),
                "reference_tokens": len(ref.token_ids), "reference_generated": ref.decided,
@@ -244,6 +279,31 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
                         div.position, div.margin)
         rows.append(row)
         log.info("%s done in %.1f s", case.question.id, time.perf_counter() - t0)
+    batched_modes = []
+    for size in batch_sizes:
+        for mode in modes:
+            label = f"{mode}@b{size}"
+            batched_modes.append(label)
+            exact[label], loop_stopped[label] = 0, 0
+            config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
+            t0 = time.perf_counter()
+            outcomes = _decode_batched(engine, cases, config, size)
+            for case, row, (result, committed, shared) in zip(cases, rows, outcomes):
+                ref = references[case.question.id]
+                div = compare(engine, case, label, ref, result.token_ids, result.finish_reason, committed, settings)
+                row["modes"][label] = {"exact": div is None, "new_tokens": len(result.token_ids),
+                                       "finish_reason": result.finish_reason, "tau": round(result.stats.tau, 3),
+                                       "max_batch_size": shared}
+                loop_stopped[label] += result.finish_reason == "repetition"
+                if div is None:
+                    exact[label] += 1
+                    continue
+                row["modes"][label]["divergence_at"] = div.position
+                divergences.append(div)
+                log.warning("divergence (%s): %s mode=%s pos=%d margin=%s", div.kind, case.question.id, label,
+                            div.position, div.margin)
+            log.info("%s: %d cases in %.1f s", label, len(cases), time.perf_counter() - t0)
+    modes = modes + batched_modes
     return {"cases": rows, "modes": modes, "loop_span": loop_span, "reference_finish": dict(reference_finish),
             "exact": exact, "loop_stopped": loop_stopped, "divergences": [asdict(d) for d in divergences],
             "generation_settings": settings.to_dict()}

@@ -57,6 +57,16 @@ def test_exactness_report_shape(tiny_engine, tiny_cases):
     assert "| auto | 2/2 | 0 |" in md and "loop stop off" in md and "Contract checked" in md
 
 
+def test_the_batched_exactness_modes_hold_each_answer_to_its_solo_greedy(tiny_engine, tiny_cases):
+    _, cases = tiny_cases
+    report = run_exactness(tiny_engine, cases * 2, max_new_tokens=12, batch_sizes=(2, 3), loop_span=SPAN)
+    assert report["modes"][4:] == ["off@b2", "ngram@b2", "draft_model@b2", "auto@b2",
+                                   "off@b3", "ngram@b3", "draft_model@b3", "auto@b3"]
+    assert report["exact"] == {m: 4 for m in report["modes"]} and report["divergences"] == []
+    assert max(c["modes"]["auto@b3"]["max_batch_size"] for c in report["cases"]) >= 2
+    assert "| auto@b3 | 4/4 |" in exactness_markdown(report)
+
+
 def test_exactness_with_the_loop_stop_checks_the_cut_reference(tiny_engine, tiny_cases, tiny_models):
     _, cases = tiny_cases
     report = run_exactness(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, loop_span=SPAN)
