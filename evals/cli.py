@@ -210,6 +210,60 @@ def _configured_draft(cases_file: Optional[Path]) -> Optional[str]:
     return Settings().draft_model
 
 
+@eval_app.command("load")
+def load(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+         url: Optional[str] = typer.Option(None, help="a running server (default: start `copilot serve` here)"),
+         api_key: str = typer.Option("", envvar="COPILOT_LOAD_API_KEY", help="Bearer key for --url"),
+         levels: str = typer.Option("1,2,4,8", help="concurrent clients per level, comma-separated"),
+         modes: str = typer.Option(",".join(("adaptive", "off", "fixed", "table")), help="speculation modes"),
+         n_questions: int = typer.Option(8, "--n-questions", min=1, help="questions per cell (each asked once)"),
+         max_new_tokens: int = typer.Option(32, min=1), top_k: int = typer.Option(3, min=1),
+         fixed_gamma: int = typer.Option(4, min=1, max=16, help="γ of the fixed mode"),
+         repeats: int = typer.Option(1, min=1, help="runs per cell (modes reversed on every second)"),
+         overload_clients: int = typer.Option(16, min=1), overload_s: float = typer.Option(
+             60.0, min=0, help="overload phase length (s; 0 = none)"),
+         max_batch: int = typer.Option(8, min=1, help="COPILOT_MAX_BATCH of a self-started server"),
+         queue_size: int = typer.Option(4, min=1, help="COPILOT_QUEUE_SIZE of a self-started server"),
+         json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
+    """The server under 1, 2, 4 and 8 concurrent clients in every speculation mode, then an
+    overload phase: throughput, latency, τ/γ per request, exactness, 503s and heartbeats."""
+    import asyncio
+    import tempfile
+
+    from evals.load import LoadArgs, load_markdown, load_plot, questions_from, run_load, start_server
+
+    try:
+        level_list = tuple(sorted({int(v) for v in levels.split(",") if v.strip()}))
+    except ValueError:
+        raise typer.BadParameter(f"levels must be integers, got {levels!r}", param_hint="--levels") from None
+    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    unknown = [m for m in mode_list if m not in ("adaptive", "off", "fixed", "table")]
+    if unknown or not mode_list or not level_list or min(level_list) < 1:
+        raise typer.BadParameter(f"levels ≥ 1 and modes among adaptive, off, fixed, table; got {levels!r}, "
+                                 f"{modes!r}", param_hint="--levels/--modes")
+    args = LoadArgs(level_list, mode_list, n_questions, max_new_tokens, top_k, fixed_gamma, repeats, overload_clients,
+                    overload_s, max_batch, queue_size, api_key=api_key)
+    qs = questions_from(questions, n_questions)
+    out_dir = report or Path(tempfile.mkdtemp(prefix="opscopilot-load-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = None if (url or data_dir) else tempfile.TemporaryDirectory(prefix="opscopilot-load-store-")
+    server = None if url else start_server(args, out_dir, corpus, data_dir or Path(tmp.name))
+    try:
+        result = asyncio.run(run_load(url or server.url, qs, args))
+    finally:
+        if server is not None:
+            server.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    import platform
+
+    result["hardware"] = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "corpus": str(corpus),
+                          "questions": str(questions)}
+    _emit(load_markdown(result), result, json_out, report, "load")
+    if report:
+        load_plot(result, report / "load.png")
+
+
 @eval_app.command("retrieval")
 def retrieval(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
               json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:

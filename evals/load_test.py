@@ -202,12 +202,13 @@ def summarise(samples: list[Sample], wall_s: float) -> dict:
 class ServerProcess:
     """``copilot serve`` in a subprocess on 127.0.0.1 (its own process: no GIL shared with the clients)."""
 
-    def __init__(self, port: int, env: dict[str, str], ready_timeout_s: float, log_path: Path) -> None:
+    def __init__(self, port: int, env: dict[str, str], ready_timeout_s: float, log_path: Path,
+                 corpus: Path = REPO / "evals" / "data" / "corpus") -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.ready_timeout_s = ready_timeout_s
         self.log_file = open(log_path, "w")
         cmd = [sys.executable, "-c", "from copilot.cli import app; app()", "serve", "--host", "127.0.0.1",
-               "--port", str(port), "--ingest-if-empty", str(REPO / "evals" / "data" / "corpus")]
+               "--port", str(port), "--ingest-if-empty", str(corpus)]
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
 
     def wait_ready(self) -> None:

@@ -1,0 +1,346 @@
+"""Serving many operators at once: the batched server under 1, 2, 4 and 8 concurrent clients.
+
+``copilot eval load`` starts ``copilot serve`` on 127.0.0.1 (or loads ``--url``) and, in one
+run, for each load level (closed loop: that many clients, each asking its next question as
+soon as its answer is complete) and each speculation mode — ``adaptive`` (γ per request from
+the batch's cost), ``off`` (no speculation), ``fixed`` (the n-gram drafter drafts γ every
+round) and ``table`` (vLLM-style γ by batch size) — asks the same questions through
+``POST /v1/ask`` with ``"stream": true``, the modes interleaved level by level (and in
+reverse order on every second repeat). Per cell it reports what the users got: answers per
+minute and tokens per second across all clients, p50/p95 answer latency and time to the
+first answer text, per-request τ, γ and batch size, and whether each answer is identical to
+the one the same question got alone with speculation off (the exactness contract, seen from
+the client). An overload phase (16 clients for 60 s) then checks the queue: no 5xx, every
+503 with a ``Retry-After`` that, once waited, gets the client in, and no admitted stream
+silent for longer than 15 s (the SSE heartbeats count).
+
+Writes JSON, Markdown and a PNG (``--report``). A benchmark, not a test: run it alone on an
+idle machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from evals.load_test import ServerProcess, pct
+
+log = logging.getLogger(__name__)
+
+MODES = ("adaptive", "off", "fixed", "table")
+LEVELS = (1, 2, 4, 8)
+
+
+@dataclass
+class Answer:
+    """One streamed answer as the client saw it. Times in milliseconds."""
+
+    level: int
+    mode: str
+    question: str
+    status: int  # 200, an HTTP error status, or 0 for a connection error / timeout
+    latency_ms: float
+    ttft_ms: float | None = None
+    text: str = ""
+    new_tokens: int = 0
+    tau: float | None = None
+    gamma: float | None = None
+    batch: float | None = None
+    queue_ms: float | None = None
+    max_gap_s: float = 0.0  # longest silence between received bytes (heartbeats included)
+    retry_after: str | None = None
+    error: str | None = None
+
+
+async def ask(client: httpx.AsyncClient, question: str, mode: str, level: int, max_new_tokens: int, top_k: int,
+              fixed_gamma: int, timeout_s: float) -> Answer:
+    """Stream one ``/v1/ask`` answer; never raises (errors become an :class:`Answer` with their status)."""
+    body = {"question": question, "stream": True, "max_new_tokens": max_new_tokens, "top_k": top_k,
+            "speculation": mode}
+    if mode == "fixed":
+        body["num_speculative_tokens"] = fixed_gamma
+    t0 = last = time.perf_counter()
+    answer = Answer(level, mode, question, 0, 0.0)
+    buffer = ""
+    try:
+        async with client.stream("POST", "/v1/ask", json=body, timeout=timeout_s) as r:
+            answer.status = r.status_code
+            if r.status_code != 200:
+                answer.retry_after = r.headers.get("retry-after")
+                answer.error = (await r.aread()).decode(errors="replace")[:200]
+                answer.latency_ms = (time.perf_counter() - t0) * 1000
+                return answer
+            async for chunk in r.aiter_text():
+                now = time.perf_counter()
+                answer.max_gap_s = max(answer.max_gap_s, now - last)
+                last = now
+                buffer += chunk
+                while "\n\n" in buffer or "\r\n\r\n" in buffer:
+                    sep = "\r\n\r\n" if "\r\n\r\n" in buffer else "\n\n"
+                    raw, buffer = buffer.split(sep, 1)
+                    _event(answer, raw, t0, now)
+    except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+        answer.status, answer.error = 0, f"{type(exc).__name__}: {exc}"[:200]
+    answer.latency_ms = (time.perf_counter() - t0) * 1000
+    return answer
+
+
+def _event(answer: Answer, raw: str, t0: float, now: float) -> None:
+    """Fold one SSE event (``event:`` / ``data:`` lines; comments are heartbeats) into ``answer``."""
+    lines = raw.replace("\r", "").split("\n")
+    kind = next((line[6:].strip() for line in lines if line.startswith("event:")), "message")
+    data = "\n".join(line[5:].lstrip() for line in lines if line.startswith("data:"))
+    if not data:
+        return
+    payload = json.loads(data)
+    if kind == "delta" and payload.get("text") and answer.ttft_ms is None:
+        answer.ttft_ms = (now - t0) * 1000
+    elif kind == "done":
+        stats = payload.get("stats", {})
+        answer.text = payload.get("answer", "")
+        answer.new_tokens = int(stats.get("new_tokens", 0))
+        answer.tau, answer.gamma = stats.get("tau"), stats.get("mean_gamma")
+        answer.batch, answer.queue_ms = stats.get("mean_batch_size"), stats.get("queue_ms")
+    elif kind == "error":
+        answer.status, answer.error = 500, str(payload.get("detail"))[:200]
+
+
+async def run_cell(client: httpx.AsyncClient, level: int, mode: str, questions: list[str], args) -> tuple[list, float]:
+    """``level`` closed-loop clients over ``questions`` (each asked once); the answers and the cell's wall time (s)."""
+    todo = list(enumerate(questions))
+    answers: list[Answer] = []
+
+    async def client_loop() -> None:
+        while todo:
+            _, question = todo.pop(0)
+            answers.append(await ask(client, question, mode, level, args.max_new_tokens, args.top_k,
+                                     args.fixed_gamma, args.request_timeout))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client_loop() for _ in range(level)))
+    return answers, time.perf_counter() - t0
+
+
+def summarise_cell(answers: list[Answer], wall_s: float, solo: dict[str, str]) -> dict:
+    """Throughput, latency percentiles, speculation and exactness of one (level, mode) cell."""
+    ok = [a for a in answers if a.status == 200]
+    same = [a.text == solo[a.question] for a in ok if a.question in solo]
+    mean = lambda values: round(statistics.mean(values), 3) if values else None  # noqa: E731
+    return {
+        "answers": len(ok), "errors": len(answers) - len(ok), "wall_s": round(wall_s, 2),
+        "answers_per_min": round(60 * len(ok) / wall_s, 2) if wall_s else None,
+        "tokens_per_s": round(sum(a.new_tokens for a in ok) / wall_s, 2) if wall_s else None,
+        "latency_ms_p50": pct([a.latency_ms for a in ok], 50), "latency_ms_p95": pct([a.latency_ms for a in ok], 95),
+        "ttft_ms_p50": pct([a.ttft_ms for a in ok if a.ttft_ms is not None], 50),
+        "ttft_ms_p95": pct([a.ttft_ms for a in ok if a.ttft_ms is not None], 95),
+        "tau_mean": mean([a.tau for a in ok if a.tau is not None]),
+        "gamma_mean": mean([a.gamma for a in ok if a.gamma is not None]),
+        "batch_mean": mean([a.batch for a in ok if a.batch is not None]),
+        "identical_to_solo": f"{sum(same)}/{len(same)}" if same else None,
+    }
+
+
+async def overload(client: httpx.AsyncClient, questions: list[str], args) -> dict:
+    """``args.overload_clients`` clients for ``args.overload_s`` seconds; each 503 waits its
+    Retry-After and asks again (was it then admitted?)."""
+    deadline = time.monotonic() + args.overload_s
+    answers: list[Answer] = []
+    honoured: list[bool] = []  # after waiting Retry-After, the retry was admitted
+
+    async def client_loop(n: int) -> None:
+        i, waited = n, False
+        while time.monotonic() < deadline:
+            a = await ask(client, questions[i % len(questions)], "adaptive", args.overload_clients,
+                          args.max_new_tokens, args.top_k, args.fixed_gamma, args.request_timeout)
+            answers.append(a)
+            if waited:
+                honoured.append(a.status == 200)
+            waited = a.status == 503
+            if a.status == 503:
+                wait = float(a.retry_after) if (a.retry_after or "").isdigit() else 1.0
+                await asyncio.sleep(max(0.0, min(wait, deadline - time.monotonic())))
+            else:
+                i += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client_loop(n) for n in range(args.overload_clients)))
+    ok = [a for a in answers if a.status == 200]
+    return {"clients": args.overload_clients, "duration_s": round(time.perf_counter() - t0, 1),
+            "requests": len(answers), "ok": len(ok), "http_503": sum(a.status == 503 for a in answers),
+            "http_503_without_retry_after": sum(a.status == 503 and not a.retry_after for a in answers),
+            "http_5xx_other": sum(a.status >= 500 and a.status != 503 for a in answers),
+            "connection_errors": sum(a.status == 0 for a in answers),
+            "retry_after_values": sorted({a.retry_after for a in answers if a.retry_after}),
+            "retries_admitted_after_retry_after": f"{sum(honoured)}/{len(honoured)}",
+            "max_gap_s": round(max((a.max_gap_s for a in ok), default=0.0), 2),
+            "latency_ms_p50": pct([a.latency_ms for a in ok], 50)}
+
+
+async def run_load(url: str, questions: list[str], args) -> dict:
+    """Every (level, mode) cell, interleaved; then the overload phase."""
+    limits = httpx.Limits(max_connections=max(max(args.levels), args.overload_clients) + 4)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    async with httpx.AsyncClient(base_url=url, limits=limits, headers=headers) as client:
+        await ask(client, questions[0], "adaptive", 1, args.max_new_tokens, args.top_k, args.fixed_gamma,
+                  args.request_timeout)  # warm-up (not counted)
+        cells: dict[str, list] = {}
+        for rep in range(args.repeats):
+            for level in args.levels:
+                for mode in (args.modes if rep % 2 == 0 else list(reversed(args.modes))):
+                    answers, wall = await run_cell(client, level, mode, questions, args)
+                    cells.setdefault(f"{level}|{mode}", []).append((answers, wall))
+                    log.info("level %d %s: %d answers in %.1f s", level, mode, len(answers), wall)
+        over = await overload(client, questions, args) if args.overload_s > 0 else None
+    solo = {a.question: a.text for answers, _ in cells.get("1|off", []) for a in answers if a.status == 200}
+    table = {}
+    for key, runs in cells.items():
+        level, mode = key.split("|")
+        summaries = [summarise_cell(answers, wall, solo) for answers, wall in runs]
+        best = max(summaries, key=lambda s: s["tokens_per_s"] or 0)  # the least disturbed repeat
+        table.setdefault(level, {})[mode] = {**best, "repeats_tokens_per_s": [s["tokens_per_s"] for s in summaries]}
+    samples = [asdict(a) for runs in cells.values() for answers, _ in runs for a in answers]
+    return {"url": url, "levels": list(args.levels), "modes": list(args.modes), "questions": len(questions),
+            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "cells": table, "overload": over,
+            "goals": goals(table, over, args), "samples": samples}
+
+
+def goals(cells: dict, over: dict | None, args) -> dict:
+    """The issue's goals as measured ratios (``None`` where a cell is missing)."""
+    def cell(level: int, mode: str) -> dict | None:
+        return cells.get(str(level), {}).get(mode)
+
+    top, one = cell(max(args.levels), "adaptive"), cell(1, "adaptive")
+    out: dict = {}
+    if top and one:
+        out["tokens_per_s_top_vs_one_at_a_time"] = round(top["tokens_per_s"] / one["tokens_per_s"], 2)
+        out["p50_latency_top_vs_lone"] = round(top["latency_ms_p50"] / one["latency_ms_p50"], 2)
+    vs_best = {}
+    for level in args.levels:
+        mine = cell(level, "adaptive")
+        others = [cell(level, m) for m in args.modes if m != "adaptive" and cell(level, m)]
+        if mine and others:
+            vs_best[level] = round(mine["tokens_per_s"] / max(o["tokens_per_s"] for o in others), 3)
+    out["adaptive_vs_best_other_by_level"] = vs_best
+    exact = [c["identical_to_solo"] for level in cells.values() for c in level.values() if c["identical_to_solo"]]
+    got = sum(int(e.split("/")[0]) for e in exact)
+    total = sum(int(e.split("/")[1]) for e in exact)
+    out["identical_to_solo"] = f"{got}/{total}"
+    if over:
+        out["overload_no_5xx"] = over["http_5xx_other"] == 0 and over["connection_errors"] == 0
+        out["overload_every_503_has_retry_after"] = over["http_503_without_retry_after"] == 0
+        out["overload_max_gap_s"] = over["max_gap_s"]
+    return out
+
+
+def load_markdown(report: dict) -> str:
+    """The goals, then one table per metric: levels × modes."""
+    g = report["goals"]
+    lines = ["# Serving under load", "", *[f"- {k}: {v}" for k, v in report.get("hardware", {}).items()],
+             f"- {report['questions']} questions per cell, {report['max_new_tokens']} new tokens at most, "
+             f"{report['repeats']} repeat(s) (best tokens/s kept), modes interleaved per level", "",
+             "## Goals", "", "| goal | measured |", "|---|---|",
+             f"| tokens/s at {max(report['levels'])} clients ÷ one at a time (≥ 3) | "
+             f"{g.get('tokens_per_s_top_vs_one_at_a_time')} |",
+             f"| p50 latency at {max(report['levels'])} clients ÷ a lone request's (≤ 2.5) | "
+             f"{g.get('p50_latency_top_vs_lone')} |",
+             "| adaptive ÷ best of the other modes, tokens/s, per level (≥ 1 everywhere, ≥ 1.2 somewhere) | "
+             + ", ".join(f"{k}: {v}" for k, v in g.get("adaptive_vs_best_other_by_level", {}).items()) + " |",
+             f"| answers identical to the same question alone with speculation off | {g.get('identical_to_solo')} |"]
+    over = report.get("overload")
+    if over:
+        lines += [f"| overload ({over['clients']} clients × {over['duration_s']} s): no 5xx | "
+                  f"{g.get('overload_no_5xx')} ({over['http_503']} × 503, Retry-After {over['retry_after_values']}, "
+                  f"retries admitted {over['retries_admitted_after_retry_after']}) |",
+                  f"| overload: longest silence in an admitted stream (≤ 15 s) | {over['max_gap_s']} s |"]
+    metrics = [("tokens_per_s", "tokens/s (all clients)"), ("answers_per_min", "answers/min"),
+               ("latency_ms_p50", "p50 latency (ms)"), ("latency_ms_p95", "p95 latency (ms)"),
+               ("ttft_ms_p50", "p50 time to first text (ms)"), ("tau_mean", "mean τ per request"),
+               ("gamma_mean", "mean γ per request"), ("batch_mean", "mean batch size"),
+               ("identical_to_solo", "identical to solo")]
+    for key, title in metrics:
+        lines += ["", f"## {title}", "", "| clients | " + " | ".join(report["modes"]) + " |",
+                  "|---|" + "---|" * len(report["modes"])]
+        for level in report["levels"]:
+            row = report["cells"].get(str(level), {})
+            lines.append(f"| {level} | " + " | ".join(str(row.get(m, {}).get(key, "-")) for m in report["modes"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def load_plot(report: dict, path: Path) -> Path:
+    """Tokens/s and p50 latency against clients, one line per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode in report["modes"]:
+        levels = [lv for lv in report["levels"] if mode in report["cells"].get(str(lv), {})]
+        cells = [report["cells"][str(lv)][mode] for lv in levels]
+        ax1.plot(levels, [c["tokens_per_s"] for c in cells], marker="o", label=mode)
+        ax2.plot(levels, [c["latency_ms_p50"] / 1000 for c in cells], marker="o", label=mode)
+    ax1.set(xlabel="concurrent clients", ylabel="tokens/s (all clients)", xscale="log", xticks=report["levels"])
+    ax2.set(xlabel="concurrent clients", ylabel="p50 answer latency (s)", xscale="log", xticks=report["levels"])
+    for ax in (ax1, ax2):
+        ax.set_xticklabels([str(lv) for lv in report["levels"]])
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def start_server(args, out_dir: Path, corpus: Path, data_dir: Path) -> ServerProcess:
+    """``copilot serve`` on a free port over ``data_dir`` (``corpus`` ingested when empty), with
+    the batch and queue sizes of the eval."""
+    from copilot.api.server import free_port
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COPILOT_MAX_BATCH": str(args.max_batch),
+           "COPILOT_QUEUE_SIZE": str(args.queue_size), "COPILOT_DATA_DIR": str(data_dir),
+           "COPILOT_MAX_NEW_TOKENS_CAP": str(max(1024, args.max_new_tokens))}
+    for name in ("COPILOT_API_KEYS", "COPILOT_REQUIRE_KEY_FOR_ASK"):
+        env.pop(name, None)
+    server = ServerProcess(free_port(), env, args.ready_timeout, out_dir / "load.server.log", corpus)
+    log.info("starting a server on %s (log: %s)", server.url, server.log_file.name)
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@dataclass
+class LoadArgs:
+    """The knobs of :func:`run_load` (``copilot eval load`` options)."""
+
+    levels: tuple[int, ...] = LEVELS
+    modes: tuple[str, ...] = MODES
+    questions: int = 8
+    max_new_tokens: int = 32
+    top_k: int = 3
+    fixed_gamma: int = 4
+    repeats: int = 1
+    overload_clients: int = 16
+    overload_s: float = 60.0
+    max_batch: int = 8
+    queue_size: int = 4
+    request_timeout: float = 300.0
+    ready_timeout: float = 900.0
+    api_key: str = ""
+
+
+def questions_from(path: Path, n: int) -> list[str]:
+    """The first ``n`` answerable questions of a questions.jsonl file."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r["question"] for r in rows if r.get("answerable", True)][:n]
+
