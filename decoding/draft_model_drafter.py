@@ -22,6 +22,7 @@ copied span only where that pays.
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import torch
@@ -30,6 +31,7 @@ from transformers import DynamicCache
 from decoding.drafter import Draft, DraftRequest, Offer
 from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.models import LoadedModel
+from decoding.online_costs import OnlineCosts
 from decoding.sampling import TokenSelector
 
 
@@ -68,6 +70,9 @@ class DraftModelDrafter:
         feed_ms: ``feed_ms[n - 1]`` is one draft forward over n tokens (ms); prices feeding
             more than one token before drafting (``Offer.setup_ms``). Empty = not measured
             (feeding is then priced as one step per token).
+        costs: the draft's forward costs learned online (:class:`~decoding.online_costs.OnlineCosts`,
+            its prior ``feed_ms``); every forward is booked into it and the offers are priced
+            from it. ``None`` keeps ``step_ms`` / ``feed_ms`` fixed.
 
     A :class:`~decoding.drafter.Drafter`; with ``after`` it continues a span another
     drafter proposed in the same round (a copied span that ran out).
@@ -77,10 +82,11 @@ class DraftModelDrafter:
 
     def __init__(self, draft: LoadedModel, target: LoadedModel, min_confidence: float = 0.2,
                  share_target_prefill: bool | None = None, step_ms: float | None = None,
-                 feed_ms: Sequence[float] = ()) -> None:
+                 feed_ms: Sequence[float] = (), costs: OnlineCosts | None = None) -> None:
         self.draft = draft
         self.step_ms = step_ms
         self.feed_ms = tuple(feed_ms)
+        self.costs = costs if step_ms is not None else None
         self.model = draft.model
         self.min_confidence = min_confidence
         same = _same_kv_layout(draft.model, target.model) and draft.dtype == target.dtype
@@ -136,7 +142,18 @@ class DraftModelDrafter:
         plus ``setup_ms`` when more than one token must be fed first; no state beyond the
         round's phase."""
         room = min(max_tokens, self.draft.max_positions - len(self._committed) - len(after))
-        return Offer(self.name, max(room, 0), (), "draft model", self.step_ms, self._setup_ms(len(after)))
+        return Offer(self.name, max(room, 0), (), "draft model", self._feed_cost(1), self._setup_ms(len(after)))
+
+    def _feed_cost(self, n: int) -> float | None:
+        """A draft forward over ``n`` tokens (ms): learned online when it can be, else the calibration."""
+        if self.step_ms is None:
+            return None
+        if self.costs is not None:
+            return self.costs.estimate(n, len(self._committed))
+        table = self.feed_ms
+        if not table:
+            return n * self.step_ms
+        return table[n - 1] if n <= len(table) else table[-1] * n / len(table)
 
     def _setup_ms(self, n_after: int) -> float:
         """Cost (ms) of the forward before the first drafted token beyond one step: it feeds
@@ -145,11 +162,7 @@ class DraftModelDrafter:
         n = max(len(self._committed) - known, 1) + n_after
         if n <= 1 or self.step_ms is None:
             return 0.0
-        table = self.feed_ms
-        if not table:
-            return (n - 1) * self.step_ms
-        cost = table[n - 1] if n <= len(table) else table[-1] * n / len(table)
-        return max(cost - table[0], 0.0)
+        return max(self._feed_cost(n) - self._feed_cost(1), 0.0)
 
     def _verified_length(self) -> int:
         """Committed positions whose K/V the target's cache holds (all but the newest token)."""
@@ -170,7 +183,12 @@ class DraftModelDrafter:
 
     def _forward(self, ids: list[int], cache: DynamicCache) -> torch.Tensor:
         x = torch.tensor([ids], device=self.draft.device)
+        t, context = time.perf_counter(), cache.get_seq_length()
         logits = self.model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+        if self.costs is not None:
+            if self.draft.device.type == "cuda":
+                torch.cuda.synchronize(self.draft.device)
+            self.costs.observe(len(ids), context, (time.perf_counter() - t) * 1000)
         extra = self._target_vocab - logits.shape[-1]
         if extra < 0:
             return logits[: self._target_vocab]

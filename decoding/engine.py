@@ -73,8 +73,10 @@ class SpeculativeEngine:
             policy's prior for it; ``None`` measures it now on a built-in RAG prompt
             (:func:`~decoding.calibration.measure_agreement`, 24 target steps).
         batch_speculation: how batches of ≥ 2 requests choose γ (default: adaptive).
-        learn_costs: learn target pass costs from the passes run (:attr:`pass_costs`);
-            ``False`` keeps ``costs`` for the engine's lifetime (reproducible plans in tests).
+        learn_costs: learn the target's (and draft's) forward costs from the passes run
+            (:attr:`pass_costs`); ``False`` keeps ``costs`` for the engine's lifetime. ``None``
+            (default): learn when the engine calibrated itself (``costs`` not given), keep
+            given costs fixed (reproducible plans in tests).
 
     ``costs`` is the start-up calibration; the policy prices target passes with
     :attr:`pass_costs`, learned online from every pass the engine runs.
@@ -94,7 +96,7 @@ class SpeculativeEngine:
                  policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 1,
                  max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2,
                  answer_history: int = 32, draft_agreement: float | None = None,
-                 batch_speculation: BatchSpeculation | None = None, learn_costs: bool = True) -> None:
+                 batch_speculation: BatchSpeculation | None = None, learn_costs: bool | None = None) -> None:
         if draft is not None:
             check_compatible(target, draft)
         self.target = target
@@ -104,14 +106,14 @@ class SpeculativeEngine:
         self.typical_answer_tokens = 64.0  # moving average of answer lengths (tokens): prices a draft prefill
         self.costs = costs or calibrate(target.model, draft.model if draft else None, max_speculative_tokens + 1)
         self.pass_costs = OnlineCosts(self.costs.verify_ms)  # what real passes cost, learned as they run
-        self.learn_costs = learn_costs
+        self.learn_costs = costs is None if learn_costs is None else learn_costs
         self.packed = supports_packed_pass(target.model)  # requests of a batch share one target pass
         self.batch_speculation = batch_speculation or BatchSpeculation()
         if drafters is None:
             drafters = [NGramDrafter(max_ngram, min_ngram, history=self.history)]
             if draft is not None:
                 drafter = DraftModelDrafter(draft, target, draft_min_confidence, step_ms=self.costs.draft_step_ms,
-                                            feed_ms=self.costs.draft_feed_ms)
+                                            feed_ms=self.costs.draft_feed_ms, costs=self._draft_costs(self.costs))
                 drafters.append(drafter)
                 if draft_agreement is None:
                     draft_agreement = _measure_draft_agreement(target, draft)
@@ -151,10 +153,12 @@ class SpeculativeEngine:
         check_compatible(self.target, draft)
         if feed_ms is None:
             feed_ms = measure_draft_feed_ms(draft.model, len(self.costs.verify_ms))
-        drafter = DraftModelDrafter(draft, self.target, min_confidence, step_ms=step_ms, feed_ms=feed_ms)
+        costs = CostModel(self.costs.verify_ms, step_ms, tuple(feed_ms))
+        drafter = DraftModelDrafter(draft, self.target, min_confidence, step_ms=step_ms, feed_ms=feed_ms,
+                                    costs=self._draft_costs(costs))
         with self._lock:
             self.draft = draft
-            self.costs = CostModel(self.costs.verify_ms, step_ms, tuple(feed_ms))
+            self.costs = costs
             self.drafters = [d for d in self.drafters if d.name != drafter.name] + [drafter]
             if agreement is not None:
                 self.acceptance.set_prior(drafter.name, agreement, agreement)
@@ -239,6 +243,14 @@ class SpeculativeEngine:
         return prompt, lists
 
     # -- what requests share ----------------------------------------------------------------
+    def _draft_costs(self, costs: CostModel) -> OnlineCosts | None:
+        """The draft model's forward costs learned online (prior: its calibration; until it
+        runs, scaled by how the target's passes compare with theirs); ``None`` when costs are
+        not learned or the draft step was not measured."""
+        if not self.learn_costs or costs.draft_step_ms is None:
+            return None
+        return OnlineCosts(costs.draft_feed_ms or (costs.draft_step_ms,), reference=self.pass_costs)
+
     def cost_model(self, context_tokens: int) -> CostModel:
         """The policy's costs for a request at ``context_tokens``: target passes from the
         online estimates (:class:`~decoding.online_costs.OnlineCosts`), the draft model's

@@ -13,8 +13,10 @@ between the sizes it has run, and flat beyond the largest (a pass over more toke
 costs less, so flat is a lower bound). The policy then tries it when the estimate says it
 pays; one real pass replaces the guess. Samples expire after ``max_age`` passes, so a size
 benched by one unlucky pass is retried later. Before the first pass, the start-up
-calibration (``prior``) is the estimate. This is the "optimism in the face of uncertainty"
-rule of bandit exploration; the cost of a wrong guess is one pass.
+calibration (``prior``) is the estimate, scaled by how far a ``reference`` model's measured
+passes are from its own calibration (a draft model that has not run yet is as much faster or
+slower than calibrated as the target turned out to be). This is the "optimism in the face of
+uncertainty" rule of bandit exploration; the cost of a wrong guess is one pass.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class OnlineCosts:
         context_bin: width of a context bin (tokens of KV cache attended over, summed over
             the batch's requests).
         max_age: passes after which a sample is forgotten.
+        reference: another model's online costs; until this one has measured a pass its prior
+            is scaled by the reference's :meth:`level`.
 
     Thread-safe (the engine books passes from whichever thread runs a round).
     """
@@ -49,6 +53,7 @@ class OnlineCosts:
     window: int = 16
     context_bin: int = 1024
     max_age: int = 4000
+    reference: "OnlineCosts | None" = None
     _samples: dict[tuple[int, int], deque] = field(default_factory=dict, repr=False)
     _passes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -102,7 +107,16 @@ class OnlineCosts:
         if above:  # smaller than anything measured: the prior's shape, at the measured level
             r = min(above)
             return medians[r] * self._prior(rows) / self._prior(r)
-        return self._prior(rows)
+        return self._prior(rows) * (self.reference.level() if self.reference is not None else 1.0)
+
+    def level(self) -> float:
+        """Measured ÷ calibrated: the median over measured sizes of a size's median pass over
+        its prior (1.0 before any pass); 4.0 means passes run 4× slower than calibrated."""
+        with self._lock:
+            medians = self._medians(self.prior_context)
+        if not medians:
+            return 1.0
+        return statistics.median(ms / self._prior(rows) for rows, ms in medians.items())
 
     def _prior(self, rows: int) -> float:
         return CostModel(self.prior).verify(rows)

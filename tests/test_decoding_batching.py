@@ -328,10 +328,23 @@ def test_bad_priors_are_refused(prior):
 def test_an_engine_calibrated_on_a_busy_machine_drafts_once_real_passes_say_so(tiny_models, small):
     """Start-up costs exactly linear in tokens (a busy machine): drafting never pays by them.
     The passes the engine runs are flat, so it learns to draft, and stays exact."""
-    engine = SpeculativeEngine(small, costs=CostModel(tuple(261.0 * n for n in range(1, 18))))
+    engine = SpeculativeEngine(small, costs=CostModel(tuple(261.0 * n for n in range(1, 18))), learn_costs=True)
     prompt = small.tokenizer.encode(TEXTS[4] * 3)
     config = GenerationConfig(max_new_tokens=40, eos_token_ids=())
     results = [engine.generate(prompt, config) for _ in range(3)]
     assert all(r.token_ids == tiny_models.expected("small", prompt, 40, eos=())[0] for r in results)
     assert engine.pass_costs.estimate(4, len(prompt)) < 261
     assert results[-1].stats.drafters.get("ngram") and results[-1].stats.tau > 1.0
+
+
+def test_a_draft_not_yet_run_is_priced_at_the_targets_measured_level():
+    """Calibrated on a busy machine, both models look 4x slower than they are; once the target's
+    real passes show it, the draft's prior is scaled the same way before it ever runs."""
+    target = OnlineCosts((100.0, 104.0))
+    draft = OnlineCosts((40.0,), reference=target)
+    assert draft.estimate(1, 0) == 40.0
+    for _ in range(3):
+        target.observe(1, 1024, 25.0)
+    assert target.level() == pytest.approx(0.25) and draft.estimate(1, 0) == pytest.approx(10.0)
+    draft.observe(1, 0, 12.0)
+    assert draft.estimate(1, 0) == 12.0  # its own passes win once measured
