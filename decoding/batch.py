@@ -24,6 +24,7 @@ import torch
 
 from decoding.batch_policy import BatchSpeculation, allocate
 from decoding.config import GenerationConfig
+from decoding.draft_model_drafter import propose_together
 from decoding.few_token_linear import few_token_passes
 from decoding.packed_pass import packed_pass
 from decoding.policy import Decision
@@ -100,8 +101,7 @@ class Batch:
                 state.check_cancel()
             running = [s for s in self.active if not s.done]
             if running:
-                for state, decision in zip(running, self._plan(running)):
-                    state.propose(decision)
+                self._propose(running, self._plan(running))
                 for state, logits in zip(running, self._verify(running)):
                     events.append((state, state.commit(logits, len(running))))
             events += [(s, s.finish()) for s in self.active if s.done]
@@ -148,6 +148,21 @@ class Batch:
                 e, _, plan = curve[gamma]
                 plans.append(Decision(plan.segments, f"{words}; γ={gamma}, {e:.2f} tokens expected"))
         return plans
+
+    @staticmethod
+    def _propose(running: list[RequestState], plans: list[Decision]) -> None:
+        """Every request drafts its plan; the draft-model segments of a batch run together, their
+        forwards shared (:func:`~decoding.draft_model_drafter.propose_together`)."""
+        together = len(running) > 1
+        deferred = [(s, s.propose(d, defer_draft_model=together)) for s, d in zip(running, plans)]
+        deferred = [(s, segment) for s, segment in deferred if segment is not None]
+        if not deferred:
+            return
+        t = time.perf_counter()
+        drafts = propose_together([segment for _, segment in deferred])
+        share = (time.perf_counter() - t) * 1000 / len(deferred)
+        for (state, _), draft in zip(deferred, drafts):
+            state.add_model_draft(draft, share)
 
     def _verify(self, running: list[RequestState]) -> list[torch.Tensor]:
         """One target pass over every request's last token and draft, timed into the engine's

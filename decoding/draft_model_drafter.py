@@ -23,6 +23,7 @@ copied span only where that pays.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -182,17 +183,66 @@ class DraftModelDrafter:
         self._cached = []
 
     def _forward(self, ids: list[int], cache: DynamicCache) -> torch.Tensor:
+        """One draft forward over ``ids`` after ``cache``: the last position's logits on the
+        target's vocabulary ``(target vocab,)``; booked into the online costs."""
         x = torch.tensor([ids], device=self.draft.device)
         t, context = time.perf_counter(), cache.get_seq_length()
         logits = self.model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+        self._book(len(ids), context, t)
+        return self._on_target_vocab(logits)
+
+    def _book(self, rows: int, context: int, t0: float) -> None:
         if self.costs is not None:
             if self.draft.device.type == "cuda":
                 torch.cuda.synchronize(self.draft.device)
-            self.costs.observe(len(ids), context, (time.perf_counter() - t) * 1000)
+            self.costs.observe(rows, context, (time.perf_counter() - t0) * 1000)
+
+    def _on_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits ``(draft vocab,)`` cut or padded with -inf to the target's vocabulary."""
         extra = self._target_vocab - logits.shape[-1]
         if extra < 0:
             return logits[: self._target_vocab]
         return torch.nn.functional.pad(logits, (0, extra), value=float("-inf")) if extra else logits
+
+    # -- a proposal in steps (so that several requests' proposals can share each forward) ----------
+    def _open(self, max_tokens: int, after: Sequence[int]) -> "_Proposal | None":
+        """Start a proposal of up to ``max_tokens`` after the committed sequence + ``after``: the
+        cache rolled back to what it shares with that sequence; ``None`` when nothing can be drafted."""
+        seq = self._committed + [int(t) for t in after]  # what the proposal continues
+        # Stay inside the draft's own context window (it may be shorter than the target's).
+        max_tokens = min(max_tokens, self.draft.max_positions - len(seq))
+        if max_tokens <= 0:
+            return None
+        if self._target_cache is not None:  # draft over the target's verified K/V
+            cache, known = self._target_cache, self._verified_length()
+        else:
+            if self._cache is None:
+                self._start_cache()
+            cache, known = self._cache, min(self._shared_prefix(seq), len(seq) - 1)  # feed at least one
+        if max(seq[known:]) >= self.model.config.vocab_size:
+            return None  # the target emitted an id past the draft's (padded) vocabulary
+        crop_cache(cache, known)
+        return _Proposal(seq, cache, known, max_tokens, seq[known:])
+
+    def _take(self, p: "_Proposal", logits: torch.Tensor) -> bool:
+        """Choose the next token from the logits of ``p.feed``; whether ``p`` needs another forward."""
+        if p.tokens:
+            p.fed += p.feed  # a drafted token's KV is now in the cache
+        x, confidence = self._sampling.choose_with_confidence(p.seq + p.tokens, logits)
+        if confidence < self.min_confidence:
+            return False
+        p.tokens.append(x)
+        p.feed = [x]
+        return len(p.tokens) < p.max_tokens
+
+    def _close(self, p: "_Proposal") -> Draft:
+        """End a proposal: the target's cache cropped back (its pass writes those positions
+        itself), or the draft cache's contents remembered."""
+        if self._target_cache is not None:
+            crop_cache(p.cache, p.known)
+        else:
+            self._cached = p.seq + p.fed  # what its own cache now holds
+        return Draft(p.tokens)
 
     @torch.inference_mode()
     def propose(self, max_tokens: int, after: Sequence[int] = ()) -> Draft:
@@ -207,35 +257,53 @@ class DraftModelDrafter:
         Returns:
             A :class:`Draft` (``probs`` is ``None``: verification is exact-match).
         """
-        seq = self._committed + [int(t) for t in after]  # what the proposal continues
-        # Stay inside the draft's own context window (it may be shorter than the target's).
-        max_tokens = min(max_tokens, self.draft.max_positions - len(seq))
-        if max_tokens <= 0:
-            return Draft([])
-        if self._target_cache is not None:  # draft over the target's verified K/V
-            cache, known = self._target_cache, self._verified_length()
-        else:
-            if self._cache is None:
-                self._start_cache()
-            cache, known = self._cache, min(self._shared_prefix(seq), len(seq) - 1)  # feed at least one
-        if max(seq[known:]) >= self.model.config.vocab_size:
-            return Draft([])  # the target emitted an id past the draft's (padded) vocabulary
-        crop_cache(cache, known)
-        tokens: list[int] = []
-        fed: list[int] = []  # drafted tokens whose KV is now in the cache
-        try:
-            logits = self._forward(seq[known:], cache)
-            for i in range(max_tokens):
-                x, confidence = self._sampling.choose_with_confidence(seq + tokens, logits)
-                if confidence < self.min_confidence:
-                    break
-                tokens.append(x)
-                if i + 1 < max_tokens:
-                    logits = self._forward([x], cache)
-                    fed.append(x)
-        finally:
-            if self._target_cache is not None:
-                crop_cache(cache, known)  # the target's pass writes these positions itself
-        if self._target_cache is None:
-            self._cached = seq + fed  # what its own cache now holds
-        return Draft(tokens)
+        return propose_together([(self, max_tokens, after)])[0]
+
+
+@dataclass
+class _Proposal:
+    """One request's proposal in progress: the sequence it continues, the cache and how much
+    of it is kept, the budget, what the next forward feeds, the tokens drafted so far and
+    those of them already fed."""
+
+    seq: list[int]
+    cache: DynamicCache
+    known: int
+    max_tokens: int
+    feed: list[int]
+    tokens: list[int] = field(default_factory=list)
+    fed: list[int] = field(default_factory=list)
+
+
+@torch.inference_mode()
+def propose_together(requests: Sequence[tuple[DraftModelDrafter, int, Sequence[int]]]) -> list[Draft]:
+    """Several requests' draft-model proposals, their forwards shared: each step feeds every
+    still-drafting request's tokens through one :func:`~decoding.packed_pass.packed_pass` of the
+    draft model (each over its own KV cache), so a batch of B requests drafting γ tokens runs γ
+    draft passes, not B·γ. One request, or a draft without the packed layout, steps alone.
+
+    Args:
+        requests: ``(drafter, max_tokens, after)`` per request, as :meth:`DraftModelDrafter.propose`;
+            the drafters share one draft model (per-request copies of one drafter).
+
+    Returns:
+        One :class:`Draft` per request, in order; each is what ``propose`` alone would return.
+    """
+    from decoding.packed_pass import packed_pass, supports_packed_pass
+
+    opened = [(d, d._open(n, after)) for d, n, after in requests]
+    live = [(d, p) for d, p in opened if p is not None]
+    packed = len(live) > 1 and supports_packed_pass(live[0][0].model)
+    try:
+        while live:
+            if packed and len(live) > 1:
+                t, context = time.perf_counter(), sum(p.cache.get_seq_length() for _, p in live)
+                rows = packed_pass(live[0][0].model, [(p.feed, p.cache) for _, p in live], last_only=True)
+                live[0][0]._book(sum(len(p.feed) for _, p in live), context, t)
+                logits = [d._on_target_vocab(r[-1]) for (d, _), r in zip(live, rows)]
+            else:
+                logits = [d._forward(p.feed, p.cache) for d, p in live]
+            live = [(d, p) for (d, p), row in zip(live, logits) if d._take(p, row)]
+    finally:
+        drafts = [Draft([]) if p is None else d._close(p) for d, p in opened]
+    return drafts

@@ -71,16 +71,20 @@ def causal_mask(new_tokens: int, past: int, device: torch.device) -> torch.Tenso
 
 
 @torch.inference_mode()
-def packed_pass(model: PreTrainedModel, rows: Sequence[tuple[Sequence[int], PreallocatedCache]]) -> list[torch.Tensor]:
+def packed_pass(model: PreTrainedModel, rows: Sequence[tuple[Sequence[int], PreallocatedCache]],
+                last_only: bool = False) -> list[torch.Tensor]:
     """One forward over several requests' new tokens, each after its own KV cache.
 
     Args:
         model: a causal LM for which :func:`supports_packed_pass` holds.
         rows: per request ``(new token ids, its cache)``; each cache gets the new positions
             appended (like a solo pass with ``use_cache=True``). At least one token each.
+        last_only: run the LM head on each request's last position only (a draft model
+            feeding tokens before it drafts: ``logits_to_keep=1`` per request).
 
     Returns:
-        Per request, float logits ``(len(new token ids), vocab)`` in the model's dtype.
+        Per request, float logits ``(len(new token ids), vocab)`` in the model's dtype
+        (``(1, vocab)`` with ``last_only``).
 
     Raises:
         ValueError: no request, or a request with no new token.
@@ -119,5 +123,9 @@ def packed_pass(model: PreTrainedModel, rows: Sequence[tuple[Sequence[int], Prea
                 start = end
             hidden = hidden + attn.o_proj(torch.cat(outs, dim=1).reshape(1, total, -1).contiguous())
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        logits = model.lm_head(inner.norm(hidden))[0]
+        hidden = inner.norm(hidden)
+        if last_only:
+            ends = torch.tensor(lengths, device=device).cumsum(0) - 1
+            return list(model.lm_head(hidden[:, ends])[0].split(1))
+        logits = model.lm_head(hidden)[0]
     return list(logits.split(lengths))

@@ -28,7 +28,7 @@ from decoding.draft_model_drafter import DraftModelDrafter
 from decoding.drafter import Draft, Drafter, DraftingMode, DraftRequest, Offer, join_drafts
 from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.logits import effective_settings
-from decoding.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, draft_prefill_pays
+from decoding.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, Segment, draft_prefill_pays
 from decoding.sampling import TokenSelector
 from decoding.stats import GenerationStats
 from decoding.stopping import StopChecker
@@ -100,13 +100,13 @@ def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[O
     return chains
 
 
-def draft_segments(decision: Decision, drafters: dict[str, Drafter], stats: GenerationStats) -> list[Draft]:
+def draft_segments(segments: Sequence[Segment], drafters: dict[str, Drafter], stats: GenerationStats) -> list[Draft]:
     """Each planned drafter proposes in turn, continuing the tokens before it; a segment
     that stops short ends the round's draft. Proposal time goes to the drafter's stats,
     and to ``stats.drafting_ms`` when the cost model prices it (a step cost)."""
     drafts: list[Draft] = []
     after: list[int] = []
-    for segment in decision.segments:
+    for segment in segments:
         t = time.perf_counter()
         draft = drafters[segment.offer.drafter].propose(segment.tokens, after)
         ms = (time.perf_counter() - t) * 1000
@@ -231,8 +231,17 @@ class RequestState:
             return PLAIN
         return self.policy.fixed(self.drafters[0].offer(gamma), gamma)
 
-    def propose(self, decision: Decision) -> None:
-        """The planned drafters propose (a change of plan is recorded with its reason)."""
+    def propose(self, decision: Decision, defer_draft_model: bool = False,
+                ) -> tuple[DraftModelDrafter, int, list[int]] | None:
+        """The planned drafters propose (a change of plan is recorded with its reason).
+
+        Args:
+            defer_draft_model: leave a trailing draft-model segment to the caller, who runs it
+                together with other requests' (:func:`~decoding.draft_model_drafter.propose_together`)
+                and hands the result to :meth:`add_model_draft`.
+        Returns:
+            The deferred segment as ``(drafter, max_tokens, after)``, or ``None`` (the draft is complete).
+        """
         t, drafting_ms = time.perf_counter(), self.stats.drafting_ms
         policy, stats = self.policy, self.stats
         if decision is not PLAIN and decision.drafter != policy.current:
@@ -241,9 +250,27 @@ class RequestState:
                                    "to": decision.drafter or "plain", "reason": decision.reason})
             policy.current = decision.drafter
         self.decision = decision
-        self._segments = draft_segments(decision, {d.name: d for d in self.drafters}, stats)
+        by_name = {d.name: d for d in self.drafters}
+        segments = list(decision.segments)
+        tail = segments[-1] if segments and defer_draft_model else None
+        if tail is not None and not isinstance(by_name[tail.offer.drafter], DraftModelDrafter):
+            tail = None
+        head = segments[:-1] if tail is not None else segments
+        self._segments = draft_segments(head, by_name, stats)
+        deferred = None
+        if tail is not None and all(len(d.tokens) == s.tokens for d, s in zip(self._segments, head)):
+            deferred = (by_name[tail.offer.drafter], tail.tokens, [t for d in self._segments for t in d.tokens])
         self.draft = join_drafts(self._segments)
         stats.overhead_ms += (time.perf_counter() - t) * 1000 - (stats.drafting_ms - drafting_ms)
+        return deferred
+
+    def add_model_draft(self, draft: Draft, ms: float) -> None:
+        """The deferred draft-model segment's proposal (see :meth:`propose`), ``ms`` its share of
+        the shared draft forwards."""
+        self.stats.drafter(DraftModelDrafter.name).ms += ms
+        self.stats.drafting_ms += ms
+        self._segments.append(draft)
+        self.draft = join_drafts(self._segments)
 
     @property
     def pass_tokens(self) -> list[int]:

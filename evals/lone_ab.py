@@ -26,7 +26,7 @@ log = logging.getLogger("evals.lone_ab")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_latency(root: Path, cases: Path, modes: str, out: Path) -> dict:
+def run_latency(root: Path, cases: Path, modes: str, out: Path, extra: list[str]) -> dict:
     """``copilot eval latency --cases`` with the code under ``root``; its JSON report.
 
     Raises:
@@ -34,7 +34,7 @@ def run_latency(root: Path, cases: Path, modes: str, out: Path) -> dict:
     """
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-c", "from copilot.cli import app; app()", "eval", "latency", "--cases", str(cases),
-           "--modes", modes, "--json", str(out)]
+           "--modes", modes, "--json", str(out), *extra]
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         log.error("%s failed:\n%s", root, done.stdout[-4000:] + done.stderr[-4000:])
@@ -59,22 +59,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=Path, required=True, help="cases from `copilot eval cases`")
     parser.add_argument("--modes", default="ours_auto", help="modes timed beside hf_greedy")
     parser.add_argument("--rounds", type=int, default=2, help="old/new pairs, alternating which goes first")
+    parser.add_argument("--subset", type=int, help="time N questions spread evenly over the cases")
+    parser.add_argument("--max-new-tokens", type=int, help="token budget (default: the cases')")
     parser.add_argument("--out", type=Path, required=True, help="folder for the JSON and Markdown report")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {"old": [], "new": []}
+    extra = [*(["--subset", str(args.subset)] if args.subset else []),
+             *(["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else [])]
     with tempfile.TemporaryDirectory(prefix="opscopilot-old-") as tmp:
         old_root = Path(tmp) / "old"
         subprocess.run(["git", "worktree", "add", "--detach", str(old_root), args.old], cwd=REPO, check=True,
                        capture_output=True)
+        if (REPO / ".opscopilot").exists():  # the converted models, shared (replays read ./.opscopilot/models)
+            (old_root / ".opscopilot").symlink_to(REPO / ".opscopilot")
         try:
             for rnd in range(args.rounds):
                 order = [("old", old_root), ("new", REPO)] if rnd % 2 == 0 else [("new", REPO), ("old", old_root)]
                 for label, root in order:
                     log.info("round %d: %s", rnd + 1, label)
                     results[label].append(run_latency(root, args.cases.resolve(), args.modes,
-                                                      args.out / f"latency-{label}-{rnd + 1}.json"))
+                                                      args.out / f"latency-{label}-{rnd + 1}.json", extra))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old_root)], cwd=REPO, capture_output=True)
     modes = [m for m in args.modes.split(",") if m]
