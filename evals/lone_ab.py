@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, help="token budget (default: the cases')")
     parser.add_argument("--out", type=Path, required=True, help="folder for the JSON and Markdown report")
     args = parser.parse_args(argv)
+    args.out = args.out.resolve()  # the runs write their JSON from another working directory
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {"old": [], "new": []}

@@ -348,3 +348,46 @@ def test_a_draft_not_yet_run_is_priced_at_the_targets_measured_level():
     assert target.level() == pytest.approx(0.25) and draft.estimate(1, 0) == pytest.approx(10.0)
     draft.observe(1, 0, 12.0)
     assert draft.estimate(1, 0) == 12.0  # its own passes win once measured
+
+
+# -- the draft model in a batch -------------------------------------------------------------------
+CHEAP_DRAFT = CostModel(verify_ms=(1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14, 1.16), draft_step_ms=0.05)
+
+
+@pytest.mark.parametrize("draft_name", ["small_trunc", "small_noisy"])  # own KV cache / the target's layout
+def test_draft_model_proposals_in_a_batch_share_each_draft_pass(tiny_models, small, draft_name, monkeypatch):
+    import decoding.packed_pass as packed
+
+    calls = []
+    real = packed.packed_pass
+    monkeypatch.setattr(packed, "packed_pass", lambda model, rows, last_only=False: calls.append(
+        (model, len(rows), last_only)) or real(model, rows, last_only))
+    draft = tiny_models.load(draft_name)
+    engine = SpeculativeEngine(small, draft, costs=CHEAP_DRAFT, draft_min_confidence=0.0)
+    prompts = _prompts(small)
+    config = GenerationConfig(max_new_tokens=20, eos_token_ids=(), drafting="draft_model", num_speculative_tokens=4,
+                              fixed_gamma=True)
+    events = _drive(engine.batch(), {0: [(0, prompts[0], config), (1, prompts[1], config)],
+                                     2: [(2, prompts[2], config)]})
+    for key in range(3):
+        result = _result(events[key])
+        assert result.token_ids == tiny_models.expected("small", prompts[key], 20, eos=())[0]
+        assert result.stats.drafters["draft_model"].proposed > 0
+    assert any(m is draft.model and n >= 2 and last for m, n, last in calls)  # drafted together
+
+
+def test_proposing_together_gives_what_each_would_propose_alone(tiny_models, small):
+    from decoding.draft_model_drafter import DraftModelDrafter, propose_together
+    from decoding.drafter import DraftRequest
+
+    draft = tiny_models.load("small_trunc")
+    prompts = _prompts(small)[:3]
+
+    def started(prompt):
+        d = DraftModelDrafter(draft, small, min_confidence=0.0, step_ms=0.05)
+        d.begin(DraftRequest(prompt, prefill_draft=True))
+        return d
+
+    alone = [started(p).propose(5, [7]).tokens for p in prompts]
+    together = propose_together([(started(p), 5, [7]) for p in prompts])
+    assert [d.tokens for d in together] == alone and all(len(a) == 5 for a in alone)
