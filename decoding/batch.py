@@ -135,8 +135,9 @@ class Batch:
         spec = self.speculation
         curves = [s.policy.curve(s.chains(s.gamma_max()), s.gamma_max()) for s in adaptive]
         context = sum(s.context_tokens for s in running)
+        costs = self.engine.pass_costs.cost_model(context, spec.max_rows + other_rows + len(adaptive))  # once a round
         allocation = allocate([{g: (e, ms) for g, (e, ms, _) in c.items()} for c in curves],
-                              lambda rows: self.engine.pass_costs.estimate(rows + other_rows, context),
+                              lambda rows: costs.verify(rows + other_rows),
                               max(spec.max_rows - other_rows, len(adaptive)), spec.max_slowdown)
         words = (f"batch of {len(running)}: {allocation.rows + other_rows} rows, expected "
                  f"{allocation.round_ms:.0f} ms and {allocation.goodput * 1000:.1f} tokens/s for the batch")

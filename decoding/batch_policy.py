@@ -7,9 +7,10 @@ As the batch grows the spare rows are taken by requests, and drafting shrinks an
 
 :func:`allocate` maximises the batch's *goodput* (committed tokens per ms of the round,
 SmartSpec, Liu et al. 2024, arXiv:2406.14066): start with every request at γ = 0 (one row
-each, one token each), then repeatedly give the request whose next drafting step adds the
-most expected tokens per added row its next γ, while that raises the expected tokens per
-ms of the round; the round's cost comes from :class:`~decoding.online_costs.OnlineCosts` at
+each, one token each), then repeatedly make the step — one request to a larger γ — that adds
+the most expected tokens per ms added to the round, among the steps that raise the batch's
+expected tokens per ms (the greedy rule for a concave knapsack; a step may jump several
+tokens to cross a step in the cost curve); the round's cost comes from :class:`~decoding.online_costs.OnlineCosts` at
 the batch's total size. Each request's expected tokens per γ is its own policy's
 (:meth:`~decoding.policy.DrafterPolicy.curve`: measured acceptance per drafting state), so
 a request copying a long span drafts while one on generated text does not. To keep every
@@ -43,7 +44,7 @@ class BatchSpeculation:
 
     table: tuple[tuple[int, int], ...] = ((1, 8), (2, 4), (4, 2), (8, 1), (16, 0))
     max_rows: int = 32
-    max_slowdown: float = 1.5
+    max_slowdown: float = 3.0
 
     def __post_init__(self) -> None:
         """Raises ValueError: an empty or negative table, ``max_rows`` < 1 or ``max_slowdown`` < 1."""
@@ -74,7 +75,7 @@ class Allocation:
 
 
 def allocate(curves: Sequence[Curve], cost: Callable[[int], float], max_rows: int = 32,
-             max_slowdown: float = 1.5) -> Allocation:
+             max_slowdown: float = 3.0) -> Allocation:
     """γ per request maximising the batch's expected committed tokens per ms (greedy).
 
     Args:
@@ -98,12 +99,15 @@ def allocate(curves: Sequence[Curve], cost: Callable[[int], float], max_rows: in
                 if added <= 0 or rows + added > max_rows:
                     continue
                 round_ms = cost(rows + added) + sum(drafting) - drafting[i] + ms
-                if round_ms > max_slowdown * base:
+                gain = e - expected[i]
+                if round_ms > max_slowdown * base or gain <= 0:
                     continue
-                rate = (total_e - expected[i] + e) / round_ms
-                if best is None or rate > best[0]:
-                    best = (rate, i, g, e, ms, round_ms)
-        if best is None or best[0] <= total_e / total_ms * (1 + 1e-9):
+                if (total_e + gain) / round_ms <= total_e / total_ms * (1 + 1e-9):
+                    continue  # the batch's rate would not rise
+                ratio = gain / max(round_ms - total_ms, 1e-6)  # tokens gained per ms added
+                if best is None or (ratio, gain) > best[0]:
+                    best = ((ratio, gain), i, g, e, ms, round_ms)
+        if best is None:
             return Allocation(gammas, rows, total_e, total_ms)
         _, i, g, e, ms, round_ms = best
         rows += g - gammas[i]

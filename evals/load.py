@@ -55,6 +55,7 @@ class Answer:
     gamma: float | None = None
     batch: float | None = None
     queue_ms: float | None = None
+    prefill_ms: float | None = None
     max_gap_s: float = 0.0  # longest silence between received bytes (heartbeats included)
     retry_after: str | None = None
     error: str | None = None
@@ -109,6 +110,7 @@ def _event(answer: Answer, raw: str, t0: float, now: float) -> None:
         answer.new_tokens = int(stats.get("new_tokens", 0))
         answer.tau, answer.gamma = stats.get("tau"), stats.get("mean_gamma")
         answer.batch, answer.queue_ms = stats.get("mean_batch_size"), stats.get("queue_ms")
+        answer.prefill_ms = stats.get("prefill_ms")
     elif kind == "error":
         answer.status, answer.error = 500, str(payload.get("detail"))[:200]
 
@@ -145,6 +147,8 @@ def summarise_cell(answers: list[Answer], wall_s: float, solo: dict[str, str]) -
         "gamma_mean": mean([a.gamma for a in ok if a.gamma is not None]),
         "batch_mean": mean([a.batch for a in ok if a.batch is not None]),
         "identical_to_solo": f"{sum(same)}/{len(same)}" if same else None,
+        # the model's prefill passes run one at a time: their share of the cell caps what sharing decode passes gains
+        "prefill_share": round(sum(a.prefill_ms or 0.0 for a in ok) / 1000 / wall_s, 3) if wall_s else None,
     }
 
 
@@ -264,6 +268,7 @@ def load_markdown(report: dict) -> str:
                ("latency_ms_p50", "p50 latency (ms)"), ("latency_ms_p95", "p95 latency (ms)"),
                ("ttft_ms_p50", "p50 time to first text (ms)"), ("tau_mean", "mean τ per request"),
                ("gamma_mean", "mean γ per request"), ("batch_mean", "mean batch size"),
+               ("prefill_share", "share of the wall time spent in prefill passes"),
                ("identical_to_solo", "identical to solo")]
     for key, title in metrics:
         lines += ["", f"## {title}", "", "| clients | " + " | ".join(report["modes"]) + " |",
