@@ -114,21 +114,19 @@ class Batch:
         table's γ for this batch size; an ``"adaptive"`` one its own policy's choice when it is
         alone, else γ from :func:`allocate` over the batch's adaptive requests."""
         n, spec = len(running), self.speculation
-        plans: list[Decision | None] = []
-        for s in running:
+        plans: dict[int, Decision] = {}
+        for i, s in enumerate(running):
             if s.config.fixed_gamma:
-                plans.append(s.fixed_plan(s.gamma_max()))
+                plans[i] = s.fixed_plan(s.gamma_max())
             elif s.config.gamma_schedule == "table":
-                plans.append(s.fixed_plan(min(spec.table_gamma(n), s.gamma_max())))
+                plans[i] = s.fixed_plan(min(spec.table_gamma(n), s.gamma_max()))
             elif n == 1:
-                plans.append(s.plan_alone())
-            else:
-                plans.append(None)
-        adaptive = [s for s, p in zip(running, plans) if p is None]
+                plans[i] = s.plan_alone()
+        adaptive = [i for i in range(n) if i not in plans]
         if adaptive:
-            allotted = iter(self._allocate(adaptive, sum(p.gamma + 1 for p in plans if p is not None), running))
-            plans = [p if p is not None else next(allotted) for p in plans]
-        return plans  # type: ignore[return-value]
+            other_rows = sum(p.gamma + 1 for p in plans.values())
+            plans.update(zip(adaptive, self._allocate([running[i] for i in adaptive], other_rows, running)))
+        return [plans[i] for i in range(n)]
 
     def _allocate(self, adaptive: list[RequestState], other_rows: int, running: list[RequestState]) -> list[Decision]:
         """Plans for the adaptive requests of a batch (:func:`allocate`), each with its reason."""

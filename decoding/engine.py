@@ -21,8 +21,6 @@ import logging
 import threading
 from typing import Callable, Iterator, Sequence
 
-import torch
-
 from decoding.batch import Batch
 from decoding.batch_policy import BatchSpeculation
 from decoding.calibration import calibrate, measure_agreement, measure_draft_feed_ms

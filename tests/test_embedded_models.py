@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib
-import sys
 from pathlib import Path
 
 import pytest
