@@ -67,6 +67,7 @@ class GenerationStats:
     batch_size_sum: int = 0  # requests sharing each decode-phase pass, summed over the passes
     max_batch_size: int = 0
     drafted_tokens: int = 0  # tokens drafted (and verified) over all passes: γ summed
+    rounds_by_batch: dict[str, int] = field(default_factory=dict)  # "batch B, γ G" -> rounds (requests sharing, tokens drafted)
     sources: list[str] = field(default_factory=list, repr=False)  # producer of each emitted token
     origins: list[str] = field(default_factory=list, repr=False)  # what each drafted token was copied from ("")
 
@@ -120,7 +121,10 @@ class GenerationStats:
         self.target_passes += 1
         self.batch_size_sum += batch_size
         self.max_batch_size = max(self.max_batch_size, batch_size)
-        self.drafted_tokens += sum(segment[1] for segment in segments)
+        drafted = sum(segment[1] for segment in segments)
+        self.drafted_tokens += drafted
+        key = f"batch {batch_size}, γ {drafted}"
+        self.rounds_by_batch[key] = self.rounds_by_batch.get(key, 0) + 1
         self.decode_tokens += committed
         self.block_sizes.append(committed)
         offset = 0

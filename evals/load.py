@@ -188,9 +188,34 @@ async def overload(client: httpx.AsyncClient, questions: list[str], args) -> dic
             "latency_ms_p50": pct([a.latency_ms for a in ok], 50)}
 
 
-async def run_load(url: str, questions: list[str], args) -> dict:
-    """Every (level, mode) cell, interleaved; then the overload phase."""
-    limits = httpx.Limits(max_connections=max(max(args.levels), args.overload_clients) + 4)
+async def burst(client: httpx.AsyncClient, questions: list[str], args, server_pid: int | None) -> dict:
+    """``args.burst`` questions sent at the same instant: their statuses, and the server's peak
+    resident memory (``VmHWM``, MiB) before and after when it runs on this machine."""
+    before = peak_rss_mib(server_pid)
+    answers = await asyncio.gather(*(ask(client, questions[i % len(questions)], "adaptive", args.burst,
+                                         args.max_new_tokens, args.top_k, args.fixed_gamma, args.request_timeout)
+                                     for i in range(args.burst)))
+    statuses: dict[str, int] = {}
+    for a in answers:
+        statuses[str(a.status)] = statuses.get(str(a.status), 0) + 1
+    return {"requests": args.burst, "statuses": statuses, "peak_rss_mib_before": before,
+            "peak_rss_mib_after": peak_rss_mib(server_pid)}
+
+
+def peak_rss_mib(pid: int | None) -> float | None:
+    """A process's peak resident set (``VmHWM`` in ``/proc/PID/status``, MiB); None when unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, TypeError):
+        pass
+    return None
+
+
+async def run_load(url: str, questions: list[str], args, server_pid: int | None = None) -> dict:
+    """Every (level, mode) cell, interleaved; then the overload phase and the burst."""
+    limits = httpx.Limits(max_connections=max(max(args.levels), args.overload_clients, args.burst) + 4)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     async with httpx.AsyncClient(base_url=url, limits=limits, headers=headers) as client:
         await ask(client, questions[0], "adaptive", 1, args.max_new_tokens, args.top_k, args.fixed_gamma,
@@ -203,6 +228,7 @@ async def run_load(url: str, questions: list[str], args) -> dict:
                     cells.setdefault(f"{level}|{mode}", []).append((answers, wall))
                     log.info("level %d %s: %d answers in %.1f s", level, mode, len(answers), wall)
         over = await overload(client, questions, args) if args.overload_s > 0 else None
+        bursted = await burst(client, questions, args, server_pid) if args.burst > 0 else None
     solo = {a.question: a.text for answers, _ in cells.get("1|off", []) for a in answers if a.status == 200}
     table = {}
     for key, runs in cells.items():
@@ -213,6 +239,7 @@ async def run_load(url: str, questions: list[str], args) -> dict:
     samples = [asdict(a) for runs in cells.values() for answers, _ in runs for a in answers]
     return {"url": url, "levels": list(args.levels), "modes": list(args.modes), "questions": len(questions),
             "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "cells": table, "overload": over,
+            "burst": bursted,
             "goals": goals(table, over, args), "samples": samples}
 
 
@@ -264,6 +291,10 @@ def load_markdown(report: dict) -> str:
                   f"{g.get('overload_no_5xx')} ({over['http_503']} × 503, Retry-After {over['retry_after_values']}, "
                   f"retries admitted {over['retries_admitted_after_retry_after']}) |",
                   f"| overload: longest silence in an admitted stream (≤ 15 s) | {over['max_gap_s']} s |"]
+    burst_ = report.get("burst")
+    if burst_:
+        lines.append(f"| {burst_['requests']} questions at once: statuses, server peak RSS before → after (MiB) | "
+                     f"{burst_['statuses']}, {burst_['peak_rss_mib_before']} → {burst_['peak_rss_mib_after']} |")
     metrics = [("tokens_per_s", "tokens/s (all clients)"), ("answers_per_min", "answers/min"),
                ("latency_ms_p50", "p50 latency (ms)"), ("latency_ms_p95", "p95 latency (ms)"),
                ("ttft_ms_p50", "p50 time to first text (ms)"), ("tau_mean", "mean τ per request"),
@@ -337,6 +368,7 @@ class LoadArgs:
     repeats: int = 1
     overload_clients: int = 16
     overload_s: float = 60.0
+    burst: int = 100
     max_batch: int = 8
     queue_size: int = 4
     request_timeout: float = 300.0
