@@ -67,7 +67,7 @@ class GenerationStats:
     batch_size_sum: int = 0  # requests sharing each decode-phase pass, summed over the passes
     max_batch_size: int = 0
     drafted_tokens: int = 0  # tokens drafted (and verified) over all passes: γ summed
-    rounds_by_batch: dict[str, int] = field(default_factory=dict)  # "batch B, γ G" -> rounds (requests sharing, tokens drafted)
+    rounds_by_batch: dict[str, int] = field(default_factory=dict)  # "batch B, γ G": rounds so planned
     sources: list[str] = field(default_factory=list, repr=False)  # producer of each emitted token
     origins: list[str] = field(default_factory=list, repr=False)  # what each drafted token was copied from ("")
 
