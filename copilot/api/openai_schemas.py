@@ -120,7 +120,8 @@ class ChatCompletionRequest(BaseModel):
     top_k: int | None = Field(None, ge=1, le=100, description="source documents to retrieve")
     filters: Filters | None = None
     speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
-    num_speculative_tokens: int | None = Field(None, ge=1, le=16, description="γ ceiling per round (default: settings)")
+    num_speculative_tokens: int | None = Field(None, ge=1, le=16,
+                                               description="γ ceiling per round (default: settings)")
 
     @model_validator(mode="after")
     def _check(self) -> "ChatCompletionRequest":

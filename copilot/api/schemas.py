@@ -72,7 +72,8 @@ class AskRequest(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI frequency penalty")
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI presence penalty")
     speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
-    num_speculative_tokens: int | None = Field(None, ge=1, le=16, description="γ ceiling per round (default: settings)")
+    num_speculative_tokens: int | None = Field(None, ge=1, le=16,
+                                               description="γ ceiling per round (default: settings)")
 
     def logits_settings(self) -> dict[str, Any]:
         """The logits settings for :meth:`CopilotService.generation_config` (unset ones left out)."""

@@ -88,5 +88,6 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
 
     prepared = await run.prepared(request)
     outcome = await run.complete(request)
-    return AskResponse(answer=outcome.text, sources=sources_out(prepared.prompt.sources, outcome.cited), cited=outcome.cited,
+    return AskResponse(answer=outcome.text, sources=sources_out(prepared.prompt.sources, outcome.cited),
+                       cited=outcome.cited,
                        **outcome.trust(), stats=outcome.stats)
