@@ -213,11 +213,25 @@ def peak_rss_mib(pid: int | None) -> float | None:
     return None
 
 
+async def wait_for_draft(client: httpx.AsyncClient, timeout_s: float = 600.0) -> None:
+    """Until ``/readyz`` no longer says a draft model is being built (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            status = (await client.get("/readyz", timeout=10)).json().get("draft_model") or ""
+        except (httpx.HTTPError, ValueError):
+            status = ""
+        if not any(word in status for word in ("building", "not started")):
+            return
+        await asyncio.sleep(2.0)
+
+
 async def run_load(url: str, questions: list[str], args, server_pid: int | None = None) -> dict:
     """Every (level, mode) cell, interleaved; then the overload phase and the burst."""
     limits = httpx.Limits(max_connections=max(max(args.levels), args.overload_clients, args.burst) + 4)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     async with httpx.AsyncClient(base_url=url, limits=limits, headers=headers) as client:
+        await wait_for_draft(client)  # a draft model built in the background would share the CPU with the first cells
         await ask(client, questions[0], "adaptive", 1, args.max_new_tokens, args.top_k, args.fixed_gamma,
                   args.request_timeout)  # warm-up (not counted)
         cells: dict[str, list] = {}

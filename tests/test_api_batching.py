@@ -121,6 +121,23 @@ def test_a_client_leaving_mid_batch_leaves_the_others_whole(paced_app, sse_event
     _wait(lambda: "cancelled" in engine.finished, what="the left answer to be cancelled")
 
 
+def test_questions_arriving_together_all_join_while_the_first_prefills(paced_app):
+    """max_batch 4, queue 1: four simultaneous questions fit (free batch slots count as room); a
+    sixth is refused."""
+    server, app, engine = paced_app(max_batch=4, queue_size=1)
+    engine.gate.clear()  # the first question holds the scheduler in its prefill
+    with ThreadPoolExecutor(6) as pool, httpx.Client(base_url=server.url, timeout=30) as c:
+        payload = {"question": QUESTION, "max_new_tokens": 2}
+        first = pool.submit(c.post, "/v1/ask", json=payload)
+        _wait(engine.started.is_set, what="the first answer to start")
+        others = [pool.submit(c.post, "/v1/ask", json=payload) for _ in range(4)]
+        _wait(lambda: app.state.scheduler.depth == 4, what="four more to wait")
+        refused = c.post("/v1/ask", json=payload)
+        assert refused.status_code == 503 and refused.headers["retry-after"]
+        engine.gate.set()
+        assert [f.result().status_code for f in [first, *others]] == [200] * 5
+
+
 @pytest.mark.parametrize("value", [0, -1])
 def test_max_batch_below_one_is_a_settings_error(value, tmp_path):
     with pytest.raises(ValidationError, match="max_batch"):

@@ -185,7 +185,7 @@ def test_history_is_trimmed_to_fit(make_app):
 @pytest.fixture()
 def paced_server(make_app, embedded_target):
     engine = PacedEngine(embedded_target, step_s=0.01)
-    app, _ = make_app(engine, queue_size=1, retry_after_s=3)
+    app, _ = make_app(engine, queue_size=1, retry_after_s=3, max_batch=1)  # one at a time: the queue fills
     with ServerThread(app) as server:
         yield server, app, engine
     engine.gate.set()

@@ -161,7 +161,8 @@ class BatchScheduler:
     Args:
         new_batch: makes an empty batch (again after a failed round).
         max_batch: most questions decoding at once (≥ 1; 1 = one at a time).
-        max_queue: questions that may wait (the running ones not counted).
+        max_queue: questions that may wait beyond the free batch slots (so ``max_batch`` questions
+            arriving together are all taken while the first of them prefills).
         retry_after_s: the smallest Retry-After hint (seconds).
 
     Raises:
@@ -174,7 +175,8 @@ class BatchScheduler:
             raise ValueError(f"max_batch and max_queue must be >= 1, got {max_batch}, {max_queue}")
         self.new_batch, self.max_batch, self.max_queue = new_batch, max_batch, max_queue
         self.retry_after_s = retry_after_s
-        self._queue: "queue.Queue[Job | None]" = queue.Queue(maxsize=max_queue)
+        self._queue: "queue.Queue[Job | None]" = queue.Queue()
+        self._submit = threading.Lock()
         self._finished: deque[float] = deque(maxlen=32)  # perf_counter() of recent completions
         self._running = 0
         self._closing = False
@@ -185,6 +187,11 @@ class BatchScheduler:
     def depth(self) -> int:
         """Jobs waiting for admission."""
         return self._queue.qsize()
+
+    @property
+    def capacity(self) -> int:
+        """Jobs that may wait now: ``max_queue`` plus the batch's free slots."""
+        return self.max_queue + max(0, self.max_batch - self._running)
 
     @property
     def batch_size(self) -> int:
@@ -212,10 +219,10 @@ class BatchScheduler:
         Raises:
             QueueFullError: ``max_queue`` jobs are already waiting.
         """
-        try:
+        with self._submit:
+            if self.depth >= self.capacity:
+                raise QueueFullError(self.depth, self.retry_after())
             self._queue.put_nowait(job)
-        except queue.Full:
-            raise QueueFullError(self._queue.qsize(), self.retry_after()) from None
         return job
 
     # -- the scheduler thread ----------------------------------------------------------------
@@ -257,21 +264,24 @@ class BatchScheduler:
                 return False
             block = False
             job.started_at = time.perf_counter()
+            self._running = len(jobs) + 1  # its slot is taken while it prefills
             if job.cancelled:  # the client left while it waited
                 job.dropped()
                 self._end(job, DONE)
+                self._running = len(jobs)
                 continue
             try:
                 handle = job.admit(batch)
             except BaseException as exc:  # delivered to the waiting request
                 log.exception("a question failed before decoding")
                 self._end(job, JobError(exc))
+                self._running = len(jobs)
                 continue
             if handle is None:
                 self._end(job, None)
             else:
                 jobs[id(handle)] = job
-                self._running = len(jobs)
+            self._running = len(jobs)
         return True
 
     def _deliver(self, job: Job, event: Any) -> None:
@@ -301,8 +311,5 @@ class BatchScheduler:
             if job is not None:
                 job.cancel()
                 job.emit(DONE)
-        try:
-            self._queue.put_nowait(None)
-        except queue.Full:  # a racing submit refilled it; the flag stops the loop
-            pass
+        self._queue.put_nowait(None)
         self._thread.join(timeout=timeout)
