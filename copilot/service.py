@@ -213,9 +213,13 @@ class CopilotService:
 
     @property
     def draft_status(self) -> str:
-        """Which draft model the engine uses, or why none (for ``/readyz`` and the log)."""
+        """Which draft model the engine uses, or why none (for ``/readyz`` and the log); while a
+        background build is being attached, ``"... (attaching)"``."""
         loader = self.draft_loader
-        return self._draft_status if loader is None else loader.reason
+        if loader is None:
+            return self._draft_status
+        attaching = self._draft_attach is not None and self._draft_attach.is_alive() and loader.done()
+        return f"{loader.reason} (attaching)" if attaching else loader.reason
 
     def start_auto_draft(self) -> None:
         """Build and calibrate ``derived:int4`` (:class:`~decoding.lean_draft.LeanDraftLoader`)

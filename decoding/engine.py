@@ -21,6 +21,8 @@ import logging
 import threading
 from typing import Callable, Iterator, Sequence
 
+import torch
+
 from decoding.batch import Batch
 from decoding.batch_policy import BatchSpeculation
 from decoding.calibration import calibrate, measure_agreement, measure_draft_feed_ms
@@ -105,6 +107,7 @@ class SpeculativeEngine:
         self.costs = costs or calibrate(target.model, draft.model if draft else None, max_speculative_tokens + 1)
         self.pass_costs = OnlineCosts(self.costs.verify_ms)  # what real passes cost, learned as they run
         self.learn_costs = costs is None if learn_costs is None else learn_costs
+        self.threads = torch.get_num_threads()  # every round runs on these intra-op threads (see Batch)
         self.packed = supports_packed_pass(target.model)  # requests of a batch share one target pass
         self.batch_speculation = batch_speculation or BatchSpeculation()
         if drafters is None:

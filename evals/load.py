@@ -56,6 +56,7 @@ class Answer:
     batch: float | None = None
     queue_ms: float | None = None
     prefill_ms: float | None = None
+    produced: dict | None = None
     max_gap_s: float = 0.0  # longest silence between received bytes (heartbeats included)
     retry_after: str | None = None
     error: str | None = None
@@ -111,6 +112,7 @@ def _event(answer: Answer, raw: str, t0: float, now: float) -> None:
         answer.tau, answer.gamma = stats.get("tau"), stats.get("mean_gamma")
         answer.batch, answer.queue_ms = stats.get("mean_batch_size"), stats.get("queue_ms")
         answer.prefill_ms = stats.get("prefill_ms")
+        answer.produced = stats.get("produced")
     elif kind == "error":
         answer.status, answer.error = 500, str(payload.get("detail"))[:200]
 
@@ -221,7 +223,7 @@ async def wait_for_draft(client: httpx.AsyncClient, timeout_s: float = 600.0) ->
             status = (await client.get("/readyz", timeout=10)).json().get("draft_model") or ""
         except (httpx.HTTPError, ValueError):
             status = ""
-        if not any(word in status for word in ("building", "not started")):
+        if not any(word in status for word in ("building", "not started", "attaching")):
             return
         await asyncio.sleep(2.0)
 
