@@ -222,6 +222,24 @@ def compare(engine: SpeculativeEngine, case: Case, mode: str, ref: Reference, go
                       got[pos] if pos < len(got) else None, None, "stop", ref.finish_reason, got_finish)
 
 
+def _outcome(result, div: Divergence | None) -> dict:
+    """One mode's row entry: identical or where it diverged, length, finish reason, τ."""
+    out = {"exact": div is None, "new_tokens": len(result.token_ids), "finish_reason": result.finish_reason,
+           "tau": round(result.stats.tau, 3)}
+    if div is not None:
+        out["divergence_at"] = div.position
+    return out
+
+
+def _book(div: Divergence | None, divergences: list[Divergence]) -> None:
+    """Keep and log a divergence (nothing for an identical answer)."""
+    if div is None:
+        return
+    divergences.append(div)
+    log.warning("divergence (%s): %s mode=%s pos=%d margin=%s", div.kind, div.question_id, div.mode, div.position,
+                div.margin)
+
+
 def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: int,
                   modes: list[str] | None = None, loop_span: int = 0, generation: dict | None = None,
                   batch_sizes: tuple[int, ...] = ()) -> dict:
@@ -267,16 +285,10 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
             config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
             result, committed = _decode(engine, case, config)
             div = compare(engine, case, mode, ref, result.token_ids, result.finish_reason, committed, settings)
-            row["modes"][mode] = {"exact": div is None, "new_tokens": len(result.token_ids),
-                                  "finish_reason": result.finish_reason, "tau": round(result.stats.tau, 3)}
+            row["modes"][mode] = _outcome(result, div)
             loop_stopped[mode] += result.finish_reason == "repetition"
-            if div is None:
-                exact[mode] += 1
-                continue
-            row["modes"][mode]["divergence_at"] = div.position
-            divergences.append(div)
-            log.warning("divergence (%s): %s mode=%s pos=%d margin=%s", div.kind, case.question.id, mode,
-                        div.position, div.margin)
+            exact[mode] += div is None
+            _book(div, divergences)
         rows.append(row)
         log.info("%s done in %.1f s", case.question.id, time.perf_counter() - t0)
     batched_modes = []
@@ -291,17 +303,10 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
             for case, row, (result, committed, shared) in zip(cases, rows, outcomes):
                 ref = references[case.question.id]
                 div = compare(engine, case, label, ref, result.token_ids, result.finish_reason, committed, settings)
-                row["modes"][label] = {"exact": div is None, "new_tokens": len(result.token_ids),
-                                       "finish_reason": result.finish_reason, "tau": round(result.stats.tau, 3),
-                                       "max_batch_size": shared}
+                row["modes"][label] = {**_outcome(result, div), "max_batch_size": shared}
                 loop_stopped[label] += result.finish_reason == "repetition"
-                if div is None:
-                    exact[label] += 1
-                    continue
-                row["modes"][label]["divergence_at"] = div.position
-                divergences.append(div)
-                log.warning("divergence (%s): %s mode=%s pos=%d margin=%s", div.kind, case.question.id, label,
-                            div.position, div.margin)
+                exact[label] += div is None
+                _book(div, divergences)
             log.info("%s: %d cases in %.1f s", label, len(cases), time.perf_counter() - t0)
     modes = modes + batched_modes
     return {"cases": rows, "modes": modes, "loop_span": loop_span, "reference_finish": dict(reference_finish),
