@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -354,21 +353,10 @@ def load_plot(report: dict, path: Path) -> Path:
 def start_server(args, out_dir: Path, corpus: Path, data_dir: Path) -> ServerProcess:
     """``copilot serve`` on a free port over ``data_dir`` (``corpus`` ingested when empty), with
     the batch and queue sizes of the eval."""
-    from copilot.api.server import free_port
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COPILOT_MAX_BATCH": str(args.max_batch),
-           "COPILOT_QUEUE_SIZE": str(args.queue_size), "COPILOT_DATA_DIR": str(data_dir),
-           "COPILOT_MAX_NEW_TOKENS_CAP": str(max(1024, args.max_new_tokens))}
-    for name in ("COPILOT_API_KEYS", "COPILOT_REQUIRE_KEY_FOR_ASK"):
-        env.pop(name, None)
-    server = ServerProcess(free_port(), env, args.ready_timeout, out_dir / "load.server.log", corpus)
-    log.info("starting a server on %s (log: %s)", server.url, server.log_file.name)
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return ServerProcess.launch({"COPILOT_MAX_BATCH": str(args.max_batch), "COPILOT_QUEUE_SIZE": str(args.queue_size),
+                                 "COPILOT_DATA_DIR": str(data_dir),
+                                 "COPILOT_MAX_NEW_TOKENS_CAP": str(max(1024, args.max_new_tokens))},
+                                args.ready_timeout, out_dir / "load.server.log", corpus)
 
 
 @dataclass

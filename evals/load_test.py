@@ -211,6 +211,29 @@ class ServerProcess:
                "--port", str(port), "--ingest-if-empty", str(corpus)]
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
 
+    @classmethod
+    def launch(cls, settings: dict[str, str], ready_timeout_s: float, log_path: Path,
+               corpus: Path = REPO / "evals" / "data" / "corpus") -> "ServerProcess":
+        """Start one on a free port with ``settings`` (``COPILOT_*`` values) over this process's
+        environment, offline and without API keys, and wait until it is ready.
+
+        Raises:
+            RuntimeError: as :meth:`wait_ready` (the server is stopped).
+        """
+        from copilot.api.server import free_port
+
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", **settings}
+        for name in ("COPILOT_API_KEYS", "COPILOT_REQUIRE_KEY_FOR_ASK"):
+            env.pop(name, None)
+        server = cls(free_port(), env, ready_timeout_s, log_path, corpus)
+        log.info("starting a server on %s (log: %s)", server.url, server.log_file.name)
+        try:
+            server.wait_ready()
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
     def wait_ready(self) -> None:
         """Poll ``/readyz`` until 200 (bounded).
 
@@ -266,19 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     url = args.url
     if url is None:
-        from copilot.api.server import free_port
-
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "COPILOT_QUEUE_SIZE": str(args.queue_size),
-               "COPILOT_MAX_NEW_TOKENS_CAP": str(max(1024, args.max_new_tokens))}
-        env.pop("COPILOT_API_KEYS", None)
-        env.pop("COPILOT_REQUIRE_KEY_FOR_ASK", None)
-        server = ServerProcess(free_port(), env, args.ready_timeout, args.out.with_suffix(".server.log"))
-        log.info("starting a server on %s (log: %s)", server.url, server.log_file.name)
-        try:
-            server.wait_ready()
-        except BaseException:
-            server.stop()
-            raise
+        server = ServerProcess.launch({"COPILOT_QUEUE_SIZE": str(args.queue_size),
+                                       "COPILOT_MAX_NEW_TOKENS_CAP": str(max(1024, args.max_new_tokens))},
+                                      args.ready_timeout, args.out.with_suffix(".server.log"))
         url = server.url
     try:
         urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
