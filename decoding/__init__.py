@@ -18,7 +18,8 @@ with quiet_torchao():
 
 from decoding.config import GenerationConfig  # noqa: E402
 from decoding.drafter import Draft, Drafter, DraftingMode, DraftRequest, Offer  # noqa: E402
-from decoding.engine import GenerationResult, SpeculativeEngine  # noqa: E402
+from decoding.engine import SpeculativeEngine  # noqa: E402
+from decoding.request import GenerationResult  # noqa: E402
 
 __all__ = ["Draft", "Drafter", "DraftingMode", "DraftRequest", "GenerationConfig", "GenerationResult", "Offer",
            "SpeculativeEngine"]

@@ -16,6 +16,7 @@ Registered with transformers' ``AttentionInterface`` (and the SDPA mask builder 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,7 @@ GQA_SDPA = "sdpa_gqa"
 
 def gqa_sdpa_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                               **kwargs) -> tuple[torch.Tensor, None]:
+                               **kwargs: Any) -> tuple[torch.Tensor, None]:
     """Attention over ``query (batch, heads, q_len, head_dim)`` and the shared
     ``key``/``value (batch, kv_heads, kv_len, head_dim)``; returns ``(batch, q_len, heads, head_dim)``.
 

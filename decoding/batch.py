@@ -17,24 +17,26 @@ depend on who shares the batch. ``evals/exactness.py --batched`` checks both.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from decoding.batch_policy import BatchSpeculation, allocate
-from decoding.config import GenerationConfig
+from decoding.config import DEFAULT_CONFIG, GenerationConfig
 from decoding.draft_model_drafter import propose_together
 from decoding.few_token_linear import few_token_passes
+from decoding.kv_cache import PreallocatedCache
+from decoding.logits import LogitsSettings
 from decoding.packed_pass import packed_pass
 from decoding.policy import Decision
 from decoding.request import RequestState, StreamEvent
+from decoding.stats import Stopwatch
 
 if TYPE_CHECKING:
     from decoding.engine import SpeculativeEngine
 
 
-def target_pass(model: torch.nn.Module, tokens: list[int], cache) -> torch.Tensor:
+def target_pass(model: torch.nn.Module, tokens: list[int], cache: PreallocatedCache) -> torch.Tensor:
     """One verification pass over ``tokens`` (last committed + draft): logits ``(len(tokens), vocab)``.
 
     Runs under :func:`~decoding.few_token_linear.few_token_passes`, so a few-token pass
@@ -42,7 +44,8 @@ def target_pass(model: torch.nn.Module, tokens: list[int], cache) -> torch.Tenso
     """
     x = torch.tensor([tokens], device=next(model.parameters()).device)
     with few_token_passes():
-        return model(input_ids=x, cache=cache, use_cache=True).logits[0]
+        logits: torch.Tensor = model(input_ids=x, cache=cache, use_cache=True).logits[0]
+    return logits
 
 
 class Batch:
@@ -64,10 +67,13 @@ class Batch:
     def __len__(self) -> int:
         return len(self.active)
 
-    def add(self, prompt_ids: Sequence[int], config: GenerationConfig = GenerationConfig(),
+    def add(self, prompt_ids: Sequence[int], config: GenerationConfig = DEFAULT_CONFIG,
             contexts: Sequence[Sequence[int]] = (), cancel: Callable[[], bool] | None = None,
-            ) -> tuple[RequestState, list[StreamEvent]]:
+            settings: LogitsSettings | None = None) -> tuple[RequestState, list[StreamEvent]]:
         """Admit a request: check it, prefill it (a pass of its own), take its first token.
+
+        ``settings`` are ``config``'s effective logits settings when the caller resolved them
+        already (:meth:`~decoding.engine.SpeculativeEngine.resolve`); else they are resolved here.
 
         Returns:
             Its state and its first events: the first token's, plus the final one when the
@@ -77,7 +83,7 @@ class Batch:
                 :meth:`~decoding.engine.SpeculativeEngine.check_request`; nothing is admitted.
         """
         prompt, lists = self.engine.check_request(prompt_ids, config, contexts)
-        state = RequestState(self.engine, prompt, config, lists, cancel)
+        state = RequestState(self.engine, prompt, config, lists, cancel, settings)
         with self.engine._lock, torch.inference_mode():
             self._use_engine_threads()
             events = [state.start()]
@@ -104,7 +110,7 @@ class Batch:
             running = [s for s in self.active if not s.done]
             if running:
                 self._propose(running, self._plan(running))
-                for state, logits in zip(running, self._verify(running)):
+                for state, logits in zip(running, self._verify(running), strict=True):
                     events.append((state, state.commit(logits, len(running))))
             events += [(s, s.finish()) for s in self.active if s.done]
             self.active = [s for s in self.active if not s.done]
@@ -134,7 +140,8 @@ class Batch:
         adaptive = [i for i in range(n) if i not in plans]
         if adaptive:
             other_rows = sum(p.gamma + 1 for p in plans.values())
-            plans.update(zip(adaptive, self._allocate([running[i] for i in adaptive], other_rows, running)))
+            allocated = self._allocate([running[i] for i in adaptive], other_rows, running)
+            plans.update(zip(adaptive, allocated, strict=True))
         return [plans[i] for i in range(n)]
 
     def _allocate(self, adaptive: list[RequestState], other_rows: int, running: list[RequestState]) -> list[Decision]:
@@ -149,7 +156,7 @@ class Batch:
         words = (f"batch of {len(running)}: {allocation.rows + other_rows} rows, expected "
                  f"{allocation.round_ms:.0f} ms and {allocation.goodput * 1000:.1f} tokens/s for the batch")
         plans = []
-        for curve, gamma in zip(curves, allocation.gammas):
+        for curve, gamma in zip(curves, allocation.gammas, strict=True):
             if gamma == 0:
                 plans.append(Decision((), f"{words}; drafting would not raise it"))
             else:
@@ -162,14 +169,14 @@ class Batch:
         """Every request drafts its plan; the draft-model segments of a batch run together, their
         forwards shared (:func:`~decoding.draft_model_drafter.propose_together`)."""
         together = len(running) > 1
-        deferred = [(s, s.propose(d, defer_draft_model=together)) for s, d in zip(running, plans)]
-        deferred = [(s, segment) for s, segment in deferred if segment is not None]
+        proposed = [(s, s.propose(d, defer_draft_model=together)) for s, d in zip(running, plans, strict=True)]
+        deferred = [(s, segment) for s, segment in proposed if segment is not None]
         if not deferred:
             return
-        t = time.perf_counter()
+        clock = Stopwatch()
         drafts = propose_together([segment for _, segment in deferred])
-        share = (time.perf_counter() - t) * 1000 / len(deferred)
-        for (state, _), draft in zip(deferred, drafts):
+        share = clock.ms / len(deferred)
+        for (state, _), draft in zip(deferred, drafts, strict=True):
             state.add_model_draft(draft, share)
 
     def _verify(self, running: list[RequestState]) -> list[torch.Tensor]:
@@ -178,7 +185,7 @@ class Batch:
         engine, model = self.engine, self.engine.target.model
         rows = sum(len(s.pass_tokens) for s in running)
         context = sum(s.context_tokens for s in running)
-        t = time.perf_counter()
+        clock = Stopwatch()
         if len(running) == 1:
             logits = [target_pass(model, running[0].pass_tokens, running[0].cache)]
         elif engine.packed:
@@ -188,6 +195,6 @@ class Batch:
         if engine.target.device.type == "cuda":
             torch.cuda.synchronize(engine.target.device)
         if engine.learn_costs and (len(running) == 1 or engine.packed):
-            engine.pass_costs.observe(rows, context, (time.perf_counter() - t) * 1000)
+            engine.pass_costs.observe(rows, context, clock.ms)
         return logits
 

@@ -1,17 +1,56 @@
-"""Measuring forward-pass costs on the actual hardware, once at load time."""
+"""Measuring forward-pass costs on the actual hardware, once at load time, and a built-in
+RAG prompt to measure them on."""
 
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Mapping
+from typing import Any, Sequence
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.few_token_linear import few_token_passes
 from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.policy import CostModel
+
+_CALIBRATION_PASSAGE = (
+    "[{n}] ELOG operations #{n}: dc-pool-0{m} went read-only after a disk failure in RAID set {m}. "
+    "The shifter ran `pool disable -rdonly dc-pool-0{m}` in the dCache admin shell, opened GGUS "
+    "ticket {t} and drained the transfers with `fts-set-priority --site T1_{m}`. After the rebuild "
+    "finished, the domain was restarted with `systemctl restart dcache@dc-pool-0{m}Domain.service` "
+    "and the pool was enabled again; checksums of the 312 files written during the incident were "
+    "verified against the catalogue and two were re-transferred.\n"
+)
+
+
+def calibration_prompt(tokenizer: PreTrainedTokenizerBase, context_tokens: int) -> list[int]:
+    """A built-in ops-log RAG prompt of about ``context_tokens`` tokens (at most 200
+    passages; the chat template when the tokenizer has one), for measuring without the
+    copilot's store."""
+    passages, n = [], 0
+    while True:
+        n += 1
+        passages.append(_CALIBRATION_PASSAGE.format(n=n, m=n % 9 + 1, t=170000 + 37 * n))
+        text = ("Answer from the passages and cite them as [n].\n\n" + "".join(passages) +
+                "\nQuestion: how was the read-only pool brought back, step by step?")
+        ids = _chat_ids(tokenizer, text)
+        if len(ids) >= context_tokens or n > 200:
+            return ids
+
+
+def _chat_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """``text`` as one user turn through the chat template, else plain-encoded."""
+    try:
+        out = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+    except Exception:  # noqa: BLE001 - no chat template: plain text
+        return [int(i) for i in tokenizer.encode(text)]
+    ids: Any = out["input_ids"] if isinstance(out, Mapping) else out  # transformers 5: a BatchEncoding
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return [int(i) for i in ids]
 
 
 def _sync(device: torch.device) -> None:
@@ -115,7 +154,7 @@ def measure_agreement(target: PreTrainedModel, draft: PreTrainedModel, prompt_id
 
     Args:
         target, draft: transformers causal LMs with one vocabulary (same device).
-        prompt_ids: a prompt (≥ 1 token), e.g. :func:`decoding.lean_draft.calibration_prompt`.
+        prompt_ids: a prompt (≥ 1 token), e.g. :func:`calibration_prompt`.
         answer_tokens: positions compared.
     """
     device = next(target.parameters()).device

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from decoding.drafter import DraftingMode
 
@@ -22,6 +23,11 @@ class GenerationSettingError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+#: The answer budget when a request names none (tokens): the library's and the server's default
+#: (``copilot.config.Settings.max_new_tokens`` starts from it).
+DEFAULT_MAX_NEW_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ class GenerationConfig:
             count in the output so far (the prompt is not counted).
     """
 
-    max_new_tokens: int = 128
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -145,7 +151,7 @@ class GenerationConfig:
             raise ValueError(f"gamma_schedule must be adaptive|table, got {self.gamma_schedule!r}")
         if self.drafting not in tuple(DraftingMode):
             raise ValueError(f"drafting must be {'|'.join(m.value for m in DraftingMode)}, got {self.drafting!r}")
-        object.__setattr__(self, "drafting", DraftingMode(self.drafting))
+        self._set("drafting", DraftingMode(self.drafting))
         if self.num_speculative_tokens < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
         if self.fixed_gamma and not self.drafting.single:
@@ -157,11 +163,14 @@ class GenerationConfig:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    def _set(self, name: str, value: object) -> None:
+        """Replace a field of this frozen dataclass (its normalized form, during validation)."""
+        object.__setattr__(self, name, value)
+
     def _check_logits_settings(self) -> None:
         """Validate (and normalize to tuples) the logits-processing fields."""
-        set_ = lambda name, value: object.__setattr__(self, name, value)
         if self.repetition_penalty is not None:
-            set_("repetition_penalty", _real("repetition_penalty", self.repetition_penalty))
+            self._set("repetition_penalty", _real("repetition_penalty", self.repetition_penalty))
             if not self.repetition_penalty > 0:
                 raise GenerationSettingError("repetition_penalty",
                                              f"must be > 0 (1.0 = off), got {self.repetition_penalty}")
@@ -173,16 +182,16 @@ class GenerationConfig:
             words = _id_sequences("bad_words_ids", self.bad_words_ids)
             if any(not w for w in words):
                 raise GenerationSettingError("bad_words_ids", "each banned sequence needs at least one token id")
-            set_("bad_words_ids", words)
+            self._set("bad_words_ids", words)
         if self.suppress_tokens is not None:
-            set_("suppress_tokens", _ids("suppress_tokens", self.suppress_tokens))
+            self._set("suppress_tokens", _ids("suppress_tokens", self.suppress_tokens))
         if self.logit_bias is not None:
-            set_("logit_bias", _logit_bias(self.logit_bias))
+            self._set("logit_bias", _logit_bias(self.logit_bias))
         for name in ("frequency_penalty", "presence_penalty"):
             value = _real(name, getattr(self, name))
             if not -2.0 <= value <= 2.0:
                 raise GenerationSettingError(name, f"must be in [-2, 2], got {value}")
-            set_(name, value)
+            self._set(name, value)
 
 
 def _is_int(value: object) -> bool:
@@ -216,10 +225,11 @@ def _id_sequences(name: str, values: object) -> tuple[tuple[int, ...], ...]:
 
 def _logit_bias(values: object) -> tuple[tuple[int, float], ...]:
     """OpenAI ``logit_bias`` (a mapping, or ``(id, bias)`` pairs) as sorted ``(id, bias)`` pairs."""
-    pairs = values.items() if isinstance(values, Mapping) else values
+    if not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
+        raise GenerationSettingError("logit_bias", f"must map token ids to numbers, got {values!r}")
+    out: dict[int, float] = {}
     try:
-        pairs = list(pairs)
-        out = {}
+        pairs: list[Any] = list(values.items() if isinstance(values, Mapping) else values)
         for key, bias in pairs:
             if isinstance(key, str) and key.strip().isdigit():
                 key = int(key)
@@ -234,3 +244,7 @@ def _logit_bias(values: object) -> tuple[tuple[int, float], ...]:
             raise
         raise GenerationSettingError("logit_bias", f"must map token ids to numbers, got {values!r}") from None
     return tuple(sorted(out.items()))
+
+
+#: The settings of a request that sets none (a frozen value: a safe shared default).
+DEFAULT_CONFIG = GenerationConfig()

@@ -5,21 +5,23 @@ Three derivations, all with the target's tokenizer (so the vocabulary check pass
 - ``derived:layers:N`` — the target's first N decoder layers + final norm + LM head,
   sharing the target's weights (no copy): self-speculative decoding, Zhang et al. 2023
   (arXiv:2309.08168), without its layer search. Its KV layout differs from the target's,
-  so it prefills the prompt itself.
+  so it keeps a KV cache of its own and prefills the prompt itself.
 - ``derived:int8`` — a copy with int8 weight-only linears (torchao
-  ``Int8WeightOnlyConfig``); same KV layout as the target, so it starts from the
-  target's prompt KV cache.
+  ``Int8WeightOnlyConfig``); the target's KV layout and dtype, so it drafts over the
+  target's own KV cache (no prefill, no copy).
 - ``derived:int4`` — the target's decoder linears packed as int4 (groups of 32: the
   embedded SmolLM2's own Q4_1 groups), LM head int8, run by a gpt-fast-style forward with
   no transformers module stack (:mod:`decoding.lean_draft`; torch's own packed kernels,
-  no torchao). Same KV layout as the target, so it starts from the target's prompt KV
-  cache. Packed weights are cached under ``cache_dir``. Whether it pays is measured at
-  the working context: :func:`decoding.lean_draft.calibrate_lean_draft` /
+  no torchao). The target's KV layout and dtype, so it drafts over the target's KV cache.
+  Packed weights are cached under ``cache_dir``. Whether it pays is measured at the
+  working context: :func:`decoding.lean_draft.measure_lean_draft`, run by
   :class:`decoding.lean_draft.LeanDraftLoader` (``evals/draft_cost.py`` has the numbers).
 
-Measured on the 2-core CPU (see the closing notes / ``copilot eval latency``): neither is
-cheaper enough than the fp32 SmolLM2-135M target to pay, so the default is no draft
-model and the policy decodes plainly when the n-gram drafter has nothing.
+Measured on the 2-core CPU (see ``copilot eval latency``): ``derived:layers:N`` and
+``derived:int8`` are not cheaper enough than the fp32 target to pay. The default
+draft-model setting is :data:`AUTO_DRAFT` (:mod:`decoding.draft_plan`): on a CPU the
+``derived:int4`` draft is built in the background and kept only when its calibration pays;
+without a draft model the policy decodes plainly when the n-gram drafter has nothing.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from decoding.models import LoadedModel
 from decoding.quiet import quiet_torchao
 
 DERIVED_PREFIX = "derived:"
-#: The draft-model setting that lets the service pick the draft model (the lean int4 draft on
-#: CPU when its calibration pays, else none).
+#: The draft-model setting that plans the draft model from the target and the device
+#: (:func:`decoding.draft_plan.auto_draft_plan`).
 AUTO_DRAFT = "auto"
 #: The lean packed-int4 draft (:mod:`decoding.lean_draft`), calibrated when it is built.
 LEAN_DRAFT = "derived:int4"

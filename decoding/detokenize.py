@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
+
+
+def decode_text(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], skip_special_tokens: bool) -> str:
+    """The text of one id sequence (``tokenizer.decode``, which transformers types as
+    ``str | list[str]``: a list only for a batch of sequences).
+
+    Raises:
+        TypeError: the tokenizer returned something else than one string.
+    """
+    text = tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+    if not isinstance(text, str):
+        raise TypeError(f"{type(tokenizer).__name__}.decode of one sequence returned {type(text).__name__}")
+    return text
 
 
 @dataclass
@@ -23,7 +37,7 @@ class IncrementalDetokenizer:
 
     def push(self, output_ids: list[int]) -> str:
         """Delta after the output grew to ``output_ids`` (all output ids so far)."""
-        text = self.tokenizer.decode(output_ids, skip_special_tokens=True)
+        text = decode_text(self.tokenizer, output_ids, skip_special_tokens=True)
         safe = len(text) - self.holdback
         while safe > 0 and text[safe - 1] == "\ufffd":
             safe -= 1

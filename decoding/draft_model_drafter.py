@@ -63,9 +63,10 @@ class DraftModelDrafter:
     Args:
         draft: the loaded draft model (vocabulary already checked).
         min_confidence: stop drafting when the draft's top probability drops below this.
-        share_target_prefill: draft over the target's KV cache instead of a cache of its
-            own (only for drafts with the target's KV layout and dtype; ``None`` = decide
-            from the configs).
+        use_target_cache: draft over the target's KV cache (the K/V it verified, prompt and
+            answer alike) instead of a cache of its own; only for drafts with the target's
+            KV layout and dtype. ``None`` = decide from the configs (same layers, heads,
+            head size and dtype).
         step_ms: measured cost of one draft step (ms, :func:`decoding.calibration.calibrate`);
             ``None`` = not measured, so the cost-aware policy never picks it.
         feed_ms: ``feed_ms[n - 1]`` is one draft forward over n tokens (ms); prices feeding
@@ -82,7 +83,7 @@ class DraftModelDrafter:
     name = "draft_model"
 
     def __init__(self, draft: LoadedModel, target: LoadedModel, min_confidence: float = 0.2,
-                 share_target_prefill: bool | None = None, step_ms: float | None = None,
+                 use_target_cache: bool | None = None, step_ms: float | None = None,
                  feed_ms: Sequence[float] = (), costs: OnlineCosts | None = None) -> None:
         self.draft = draft
         self.step_ms = step_ms
@@ -91,10 +92,11 @@ class DraftModelDrafter:
         self.model = draft.model
         self.min_confidence = min_confidence
         same = _same_kv_layout(draft.model, target.model) and draft.dtype == target.dtype
-        self.share_target_prefill = same if share_target_prefill is None else share_target_prefill
+        self.use_target_cache = same if use_target_cache is None else use_target_cache
         self._cache: PreallocatedCache | None = None
         self._cached: list[int] = []
         self._committed: list[int] = []
+        self._reserve = 0  # positions past the prompt its own cache reserves (set per request)
         self._target_cache: DynamicCache | None = None
         self._sampling = TokenSelector()
         # Same tokenizer, but the embedding may be padded differently (Qwen2.5-0.5B vs -7B):
@@ -113,7 +115,7 @@ class DraftModelDrafter:
         self._reserve = request.output_reserve
         self._sampling = request.sampling or TokenSelector()
         self._target_cache = None
-        if self.share_target_prefill and isinstance(request.target_cache, DynamicCache):
+        if self.use_target_cache and isinstance(request.target_cache, DynamicCache):
             self._target_cache = request.target_cache
         elif request.prefill_draft and len(self._committed) > 1:
             self.prefill()
@@ -122,16 +124,16 @@ class DraftModelDrafter:
     def needs_prefill(self) -> bool:
         """The draft keeps a KV cache of its own (another layout than the target's): before its
         first proposal it must run over the whole prompt."""
-        return not self.share_target_prefill
+        return not self.use_target_cache
 
     @torch.inference_mode()
     def prefill(self) -> None:
         """Run the draft over the committed tokens but the newest into its own cache now, so the
         first proposal feeds one token (its offers' ``setup_ms`` drops to ~0)."""
-        self._start_cache()
+        cache = self._start_cache()
         ids = self._committed[:-1]
         if max(ids) < self.model.config.vocab_size:
-            self._forward(ids, self._cache)
+            self._forward(ids, cache)
             self._cached = list(ids)
 
     def observe(self, new_tokens: Sequence[int]) -> None:
@@ -146,41 +148,46 @@ class DraftModelDrafter:
         return Offer(self.name, max(room, 0), (), "draft model", self._feed_cost(1), self._setup_ms(len(after)))
 
     def _feed_cost(self, n: int) -> float | None:
-        """A draft forward over ``n`` tokens (ms): learned online when it can be, else the calibration."""
-        if self.step_ms is None:
-            return None
+        """A draft forward over ``n`` tokens (ms): learned online when it can be, else the
+        calibration; ``None`` when the draft step was not measured."""
+        return None if self.step_ms is None else self._feed_ms(n, self.step_ms)
+
+    def _feed_ms(self, n: int, step_ms: float) -> float:
         if self.costs is not None:
             return self.costs.estimate(n, len(self._committed))
         table = self.feed_ms
         if not table:
-            return n * self.step_ms
+            return n * step_ms
         return table[n - 1] if n <= len(table) else table[-1] * n / len(table)
 
     def _setup_ms(self, n_after: int) -> float:
         """Cost (ms) of the forward before the first drafted token beyond one step: it feeds
         the committed tokens neither cached nor copyable from the target, and ``n_after``."""
-        known = self._verified_length() if self._target_cache is not None else self._shared_prefix(self._committed)
+        target = self._target_cache
+        known = self._verified_length(target) if target is not None else self._shared_prefix(self._committed)
         n = max(len(self._committed) - known, 1) + n_after
         if n <= 1 or self.step_ms is None:
             return 0.0
-        return max(self._feed_cost(n) - self._feed_cost(1), 0.0)
+        return max(self._feed_ms(n, self.step_ms) - self._feed_ms(1, self.step_ms), 0.0)
 
-    def _verified_length(self) -> int:
+    def _verified_length(self, target_cache: DynamicCache) -> int:
         """Committed positions whose K/V the target's cache holds (all but the newest token)."""
-        return min(self._target_cache.get_seq_length(), len(self._committed) - 1)
+        return min(target_cache.get_seq_length(), len(self._committed) - 1)
 
     def _shared_prefix(self, seq: Sequence[int]) -> int:
         """Length of the prefix of ``seq`` whose K/V the draft cache holds."""
         n = 0
-        for a, b in zip(self._cached, seq):
+        for a, b in zip(self._cached, seq, strict=False):
             if a != b:
                 break
             n += 1
         return n
 
-    def _start_cache(self) -> None:
+    def _start_cache(self) -> PreallocatedCache:
+        """A fresh cache of the draft's own (reserving the committed tokens and the output)."""
         self._cache = PreallocatedCache(len(self._committed) + self._reserve)  # regrows past it
         self._cached = []
+        return self._cache
 
     def _forward(self, ids: list[int], cache: DynamicCache) -> torch.Tensor:
         """One draft forward over ``ids`` after ``cache``: the last position's logits on the
@@ -213,12 +220,12 @@ class DraftModelDrafter:
         max_tokens = min(max_tokens, self.draft.max_positions - len(seq))
         if max_tokens <= 0:
             return None
+        cache: DynamicCache
         if self._target_cache is not None:  # draft over the target's verified K/V
-            cache, known = self._target_cache, self._verified_length()
+            cache, known = self._target_cache, self._verified_length(self._target_cache)
         else:
-            if self._cache is None:
-                self._start_cache()
-            cache, known = self._cache, min(self._shared_prefix(seq), len(seq) - 1)  # feed at least one
+            cache = self._cache if self._cache is not None else self._start_cache()
+            known = min(self._shared_prefix(seq), len(seq) - 1)  # feed at least one
         if max(seq[known:]) >= self.model.config.vocab_size:
             return None  # the target emitted an id past the draft's (padded) vocabulary
         crop_cache(cache, known)
@@ -255,7 +262,7 @@ class DraftModelDrafter:
         the draft proposes what the target would draw with the same noise (coupled).
 
         Returns:
-            A :class:`Draft` (``probs`` is ``None``: verification is exact-match).
+            A :class:`Draft` (verification is exact-match: the target's choice rule decides).
         """
         return propose_together([(self, max_tokens, after)])[0]
 
@@ -300,10 +307,10 @@ def propose_together(requests: Sequence[tuple[DraftModelDrafter, int, Sequence[i
                 t, context = time.perf_counter(), sum(p.cache.get_seq_length() for _, p in live)
                 rows = packed_pass(live[0][0].model, [(p.feed, p.cache) for _, p in live], last_only=True)
                 live[0][0]._book(sum(len(p.feed) for _, p in live), context, t)
-                logits = [d._on_target_vocab(r[-1]) for (d, _), r in zip(live, rows)]
+                logits = [d._on_target_vocab(r[-1]) for (d, _), r in zip(live, rows, strict=True)]
             else:
                 logits = [d._forward(p.feed, p.cache) for d, p in live]
-            live = [(d, p) for (d, p), row in zip(live, logits) if d._take(p, row)]
+            live = [(d, p) for (d, p), row in zip(live, logits, strict=True) if d._take(p, row)]
     finally:
         drafts = [Draft([]) if p is None else d._close(p) for d, p in opened]
     return drafts

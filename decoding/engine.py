@@ -25,17 +25,20 @@ import torch
 
 from decoding.batch import Batch
 from decoding.batch_policy import BatchSpeculation
-from decoding.calibration import calibrate, measure_agreement, measure_draft_feed_ms
-from decoding.config import GenerationConfig
+from decoding.calibration import calibrate, calibration_prompt, measure_agreement, measure_draft_feed_ms
+from decoding.config import DEFAULT_CONFIG, GenerationConfig
 from decoding.draft_model_drafter import DraftModelDrafter, check_compatible
 from decoding.drafter import Drafter
+from decoding.logits import LogitsSettings, effective_settings
 from decoding.memory import return_freed_memory
 from decoding.models import LoadedModel
 from decoding.ngram_drafter import AnswerHistory, NGramDrafter
 from decoding.online_costs import OnlineCosts
 from decoding.packed_pass import supports_packed_pass
 from decoding.policy import AcceptanceTable, CostModel, PolicyConfig
-from decoding.request import OUTPUT_RESERVE, GenerationResult, StreamEvent, prefill  # noqa: F401 (re-exported)
+from decoding.request import GenerationResult, StreamEvent
+
+__all__ = ["GenerationResult", "PromptError", "SpeculativeEngine", "StreamEvent"]
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +50,6 @@ class PromptError(ValueError):
 def _measure_draft_agreement(target: LoadedModel, draft: LoadedModel, context_tokens: int = 600,
                              answer_tokens: int = 24) -> float:
     """The draft's agreement with the target on a built-in ops RAG prompt (fits the context window)."""
-    from decoding.lean_draft import calibration_prompt
-
     room = max(1, min(context_tokens, target.max_positions, draft.max_positions) - answer_tokens - 1)
     ids = calibration_prompt(target.tokenizer, room)[-room:]
     return measure_agreement(target.model, draft.model, ids, answer_tokens)
@@ -167,7 +168,7 @@ class SpeculativeEngine:
         log.info("draft model attached: %s, step %.1f ms", draft.name, step_ms)
 
     # -- public API -----------------------------------------------------------------------
-    def generate(self, prompt_ids: Sequence[int], config: GenerationConfig = GenerationConfig(),
+    def generate(self, prompt_ids: Sequence[int], config: GenerationConfig = DEFAULT_CONFIG,
                  contexts: Sequence[Sequence[int]] = (), cancel: Callable[[], bool] | None = None) -> GenerationResult:
         """Generate to completion; see :meth:`stream` for the arguments."""
         result = None
@@ -176,8 +177,9 @@ class SpeculativeEngine:
         assert result is not None
         return result
 
-    def stream(self, prompt_ids: Sequence[int], config: GenerationConfig = GenerationConfig(),
-               contexts: Sequence[Sequence[int]] = (), cancel: Callable[[], bool] | None = None) -> Iterator[StreamEvent]:
+    def stream(self, prompt_ids: Sequence[int], config: GenerationConfig = DEFAULT_CONFIG,
+               contexts: Sequence[Sequence[int]] = (), cancel: Callable[[], bool] | None = None,
+               settings: LogitsSettings | None = None) -> Iterator[StreamEvent]:
         """Generate, yielding a :class:`StreamEvent` per committed block (a batch of one).
 
         The engine's lock is held for each round, never across a ``yield``: streams from one
@@ -189,13 +191,15 @@ class SpeculativeEngine:
             config: budget, sampling, stop conditions, drafting mode.
             contexts: token sequences that seed the n-gram drafter (retrieved passages).
             cancel: polled between rounds; returning True ends with ``"cancelled"``.
+            settings: ``config``'s effective logits settings, as :meth:`resolve` gave them
+                (default: resolved here).
 
         Raises:
             PromptError, ValueError, GenerationSettingError: as :meth:`check_request`, when
                 the generator is first advanced.
         """
         batch = Batch(self)
-        _, events = batch.add(prompt_ids, config, contexts, cancel)
+        _, events = batch.add(prompt_ids, config, contexts, cancel, settings)
         yield from events
         while batch.active:
             for _, event in batch.step():
@@ -210,6 +214,19 @@ class SpeculativeEngine:
                 ``batch_speculation`` (adaptive).
         """
         return Batch(self, speculation)
+
+    def resolve(self, config: GenerationConfig) -> LogitsSettings:
+        """``config``'s effective logits settings on this target (the checkpoint's
+        ``generation_config`` under the request's; :func:`decoding.logits.effective_settings`):
+        a caller that checks a request early resolves it once and hands the result to
+        :meth:`stream` or :meth:`Batch.add <decoding.batch.Batch.add>`.
+
+        Raises:
+            GenerationSettingError: a token id outside the vocabulary, or a checkpoint setting
+                the engine cannot apply exactly.
+        """
+        target = self.target
+        return effective_settings(config, target.generation_defaults, target.model.config.vocab_size)
 
     def check_request(self, prompt_ids: Sequence[int], config: GenerationConfig,
                       contexts: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:

@@ -80,7 +80,7 @@ def use_few_token_linear(model: torch.nn.Module) -> int:
     for module in model.modules():
         if (type(module) is torch.nn.Linear and module.weight.dtype == torch.float32
                 and module.weight.device.type == "cpu" and "forward" not in vars(module)):
-            module.forward = types.MethodType(few_token_linear, module)
+            vars(module)["forward"] = types.MethodType(few_token_linear, module)  # this instance's forward
             switched += 1
     if switched:
         log.info("few-token linear: %d fp32 linears compute 2..%d-token verification passes as (W @ xT)T",

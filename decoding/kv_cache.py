@@ -28,7 +28,7 @@ class PreallocatedLayer(DynamicLayer):
     """
 
     def __init__(self, capacity: int) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # transformers' CacheLayerMixin.__init__ is untyped
         self.capacity = max(1, capacity)
         self.length = 0
 
@@ -45,9 +45,11 @@ class PreallocatedLayer(DynamicLayer):
         b, h, _, d = like.shape
         return torch.empty(b, h, capacity, d, dtype=like.dtype, device=like.device)
 
-    def _set_views(self) -> None:
-        self.keys = self._key_buffer[:, :, : self.length]
-        self.values = self._value_buffer[:, :, : self.length]
+    def _set_views(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Point ``keys`` / ``values`` at the filled part of the buffers; returns them."""
+        keys, values = self._key_buffer[:, :, : self.length], self._value_buffer[:, :, : self.length]
+        self.keys, self.values = keys, values
+        return keys, values
 
     def _grow(self, needed: int) -> None:
         self.capacity = max(needed, 2 * self.capacity)
@@ -57,7 +59,7 @@ class PreallocatedLayer(DynamicLayer):
             new[:, :, : self.length] = old[:, :, : self.length]
             setattr(self, name, new)
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs,
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object,
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write ``(batch, kv_heads, n, head_dim)`` keys/values after the cached ones; return
         views of all ``length + n`` cached positions."""
@@ -69,8 +71,7 @@ class PreallocatedLayer(DynamicLayer):
         self._key_buffer[:, :, start:end] = key_states
         self._value_buffer[:, :, start:end] = value_states
         self.length = end
-        self._set_views()
-        return self.keys, self.values
+        return self._set_views()
 
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
@@ -116,7 +117,8 @@ class PreallocatedCache(DynamicCache):
 
     def __init__(self, capacity: int) -> None:
         super().__init__()
-        self.layer_class_to_replicate = partial(PreallocatedLayer, capacity)
+        # transformers calls it with no arguments to make each layer: a factory serves as the class.
+        self.layer_class_to_replicate = partial(PreallocatedLayer, capacity)  # type: ignore[assignment]
 
 
 def crop_cache(cache: Cache, keep: int) -> None:

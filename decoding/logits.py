@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from transformers import (
@@ -62,7 +63,7 @@ class LogitBiasLogitsProcessor(LogitsProcessor):
     def __init__(self, logit_bias: Iterable[tuple[int, float]]) -> None:
         pairs = dict(logit_bias)
         self.ids, self.values = list(pairs), list(pairs.values())
-        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._cache: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         key = (scores.device, scores.dtype)
@@ -125,7 +126,7 @@ class LogitsSettings:
                     or self.min_new_tokens or self.bad_words_ids or self.suppress_tokens or self.logit_bias
                     or self.frequency_penalty or self.presence_penalty)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-able summary (the result stats' ``generation_settings``)."""
         out = asdict(self)
         out["bad_words_ids"] = [list(w) for w in self.bad_words_ids]
@@ -135,7 +136,7 @@ class LogitsSettings:
         out["checkpoint_sampling"] = dict(self.checkpoint_sampling)
         return out
 
-    def generate_kwargs(self) -> dict:
+    def generate_kwargs(self) -> dict[str, Any]:
         """``transformers.GenerationConfig`` fields that make ``generate()`` build the same
         built-in processors (the exactness reference); pair with :meth:`custom_processors`."""
         return {"repetition_penalty": self.repetition_penalty, "no_repeat_ngram_size": self.no_repeat_ngram_size,
@@ -176,11 +177,11 @@ class LogitsSettings:
         if self.bad_words_ids:
             out.append(NoBadWordsLogitsProcessor([list(w) for w in self.bad_words_ids], eos))
         if self.min_length > 0 and eos is not None:
-            out.append(MinLengthLogitsProcessor(self.min_length, eos, device=device))
+            out.append(MinLengthLogitsProcessor(self.min_length, eos, device=str(device)))
         if self.min_new_tokens > 0 and eos is not None:
-            out.append(MinNewTokensLengthLogitsProcessor(prompt_length, self.min_new_tokens, eos, device=device))
+            out.append(MinNewTokensLengthLogitsProcessor(prompt_length, self.min_new_tokens, eos, device=str(device)))
         if self.suppress_tokens:
-            out.append(SuppressTokensLogitsProcessor(list(self.suppress_tokens), device=device))
+            out.append(SuppressTokensLogitsProcessor(list(self.suppress_tokens), device=str(device)))
         out.extend(self.custom_processors(prompt_length))
         return out
 
@@ -208,7 +209,8 @@ def effective_settings(config: GenerationConfig, checkpoint: dict[str, object], 
         raise GenerationSettingError(name, f"the checkpoint's generation_config sets {name}={checkpoint[name]!r}, "
                                            "which this engine cannot apply exactly; generate() would, so the "
                                            "request is refused rather than answered differently")
-    values, inherited = {}, []
+    values: dict[str, Any] = {}
+    inherited: list[str] = []
     for name in CHECKPOINT_APPLIED:
         mine = getattr(config, name, None)
         if mine is None and name in checkpoint:

@@ -77,11 +77,10 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     name: str
-    generation_defaults: dict[str, object] = field(default=None)  # type: ignore[assignment]
+    generation_defaults: dict[str, object] = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.generation_defaults is None:
-            self.generation_defaults = generation_defaults(self.model)
+        self.generation_defaults = generation_defaults(self.model)
 
     @property
     def device(self) -> torch.device:
@@ -177,7 +176,8 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {name_or_path!r} (from {source!r}): {exc}") from exc
-    model.to(dev).eval()
+    # mypy does not bind the functools.wraps'd PreTrainedModel.to to the instance: dev is the device.
+    model.to(dev).eval()  # type: ignore[arg-type]
     use_gqa_attention(model)
     use_few_token_linear(model)
     loaded = LoadedModel(model=model, tokenizer=tokenizer, name=name_or_path)

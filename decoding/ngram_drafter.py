@@ -108,11 +108,11 @@ class NGramDrafter:
             raise ValueError(f"long_match must be >= 1, got {long_match}")
         self.long_match = long_match
         self.history = history
-        self._use_history = history is not None
+        self._history = history  # this request's (none for a seeded sample)
         self._prompt_key = 0
         self._stream: list[int] = []  # prompt + output
         # ((output length, after), (max_tokens, draft)) of the last lookup: offer then propose look up once
-        self._last: tuple[tuple, tuple[int, Draft]] | None = None
+        self._last: tuple[tuple[int, tuple[int, ...]], tuple[int, Draft]] | None = None
 
     def begin(self, request: DraftRequest) -> None:
         """Index the request's passages, then its prompt (which then grows with the output);
@@ -120,7 +120,7 @@ class NGramDrafter:
         self._index = NGramIndex(self.max_ngram, self.min_ngram, self._index.max_occurrences)
         self._stream = [int(t) for t in request.prompt_ids]
         self._prompt_key = prompt_key(self._stream)
-        self._use_history = self.history is not None and not request.reproducible
+        self._history = None if request.reproducible else self.history
         self._last = None
         # Worst-ranked passage first so the best-ranked one is the most recent on ties.
         for ctx in reversed([list(c) for c in request.contexts if len(c) > 0]):
@@ -154,7 +154,7 @@ class NGramDrafter:
         """
         if max_tokens <= 0:
             return Draft([])
-        key = (len(self._stream), tuple(after))
+        key = (len(self._stream), tuple(int(t) for t in after))
         if self._last is not None and self._last[0] == key:
             cap, cached = self._last[1]
             if max_tokens <= cap or len(cached.tokens) < cap:  # (a shorter draft: its source ended)
@@ -168,20 +168,21 @@ class NGramDrafter:
         tail = stream[len(stream) - self.max_ngram:] + [int(t) for t in after] if after else stream
         for n in range(min(self.max_ngram, len(stream) + len(after)), self.min_ngram - 1, -1):
             key = tuple(tail[len(tail) - n :])
-            occurrences = [o for p in (PRIORITY_OUTPUT, PRIORITY_PASSAGE, PRIORITY_PROMPT) for o in self._index.get(key, p)]
-            if self._use_history:  # ranked between the passages and the prompt
-                occurrences += self.history.occurrences(key, self._prompt_key)
+            occurrences = [o for p in (PRIORITY_OUTPUT, PRIORITY_PASSAGE, PRIORITY_PROMPT)
+                           for o in self._index.get(key, p)]
+            if self._history is not None:  # ranked between the passages and the prompt
+                occurrences += self._history.occurrences(key, self._prompt_key)
             usable = [o for o in occurrences if o.continuation < len(o.source)]
             if not usable:
                 continue
             votes = Counter(o.source[o.continuation] for o in usable)
             best = self._best(usable, votes)
-            return Draft(list(best.source[best.continuation : best.continuation + max_tokens]), None, n, len(votes) == 1,
+            return Draft(list(best.source[best.continuation : best.continuation + max_tokens]), n, len(votes) == 1,
                          ORIGINS[best.priority])
         return Draft([])
 
     @staticmethod
-    def _best(usable: list[Occurrence], votes: Counter) -> Occurrence:
+    def _best(usable: list[Occurrence], votes: Counter[int]) -> Occurrence:
         """Highest source priority, then the next token most occurrences (any source) vote for, then recency."""
         top = max(o.priority for o in usable)
         candidates = [o for o in usable if o.priority == top]
@@ -225,7 +226,8 @@ class AnswerHistory:
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1, max_answers: int = 32,
                  max_answer_tokens: int = 128) -> None:
         if max_answers < 0 or max_answer_tokens < 1:
-            raise ValueError(f"need max_answers >= 0 and max_answer_tokens >= 1, got {max_answers}, {max_answer_tokens}")
+            raise ValueError(f"need max_answers >= 0 and max_answer_tokens >= 1, got {max_answers}, "
+                             f"{max_answer_tokens}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.max_answers, self.max_answer_tokens = max_answers, max_answer_tokens
         self._generations = [NGramIndex(max_ngram, min_ngram)]  # older first, at most two

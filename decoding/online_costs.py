@@ -54,7 +54,7 @@ class OnlineCosts:
     context_bin: int = 1024
     max_age: int = 4000
     reference: "OnlineCosts | None" = None
-    _samples: dict[tuple[int, int], deque] = field(default_factory=dict, repr=False)
+    _samples: dict[tuple[int, int], deque[tuple[int, float]]] = field(default_factory=dict, repr=False)
     _passes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -28,11 +28,10 @@ import sys
 from typing import Sequence
 
 import torch
-from transformers import PreTrainedModel
+from transformers import Cache, PreTrainedModel
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from decoding.few_token_linear import few_token_passes
-from decoding.kv_cache import PreallocatedCache
 
 _LAYER_PARTS = ("input_layernorm", "post_attention_layernorm", "mlp", "self_attn")
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling", "layer_idx")
@@ -71,7 +70,7 @@ def causal_mask(new_tokens: int, past: int, device: torch.device) -> torch.Tenso
 
 
 @torch.inference_mode()
-def packed_pass(model: PreTrainedModel, rows: Sequence[tuple[Sequence[int], PreallocatedCache]],
+def packed_pass(model: PreTrainedModel, rows: Sequence[tuple[Sequence[int], Cache]],
                 last_only: bool = False) -> list[torch.Tensor]:
     """One forward over several requests' new tokens, each after its own KV cache.
 
@@ -95,13 +94,14 @@ def packed_pass(model: PreTrainedModel, rows: Sequence[tuple[Sequence[int], Prea
     lengths = [len(tokens) for tokens, _ in rows]
     pasts = [cache.get_seq_length() for _, cache in rows]
     ids = torch.tensor([[int(t) for tokens, _ in rows for t in tokens]], device=device)
-    positions = torch.tensor([[p + i for (_, n), p in zip(zip(rows, lengths), pasts) for i in range(n)]],
+    positions = torch.tensor([[p + i for n, p in zip(lengths, pasts, strict=True) for i in range(n)]],
                              device=device)
-    masks = [causal_mask(n, p, device) for n, p in zip(lengths, pasts)]
-    attend = ALL_ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, None)
-    if attend is None:  # "eager": transformers' own module-level function
-        attend = sys.modules[type(inner.layers[0].self_attn).__module__].eager_attention_forward
-    rotate = sys.modules[type(inner.layers[0].self_attn).__module__].apply_rotary_pos_emb
+    masks = [causal_mask(n, p, device) for n, p in zip(lengths, pasts, strict=True)]
+    layer_code = sys.modules[type(inner.layers[0].self_attn).__module__]
+    # "eager" is not registered: it is the model code's own module-level function.
+    attend = ALL_ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation,
+                                                   layer_code.eager_attention_forward)
+    rotate = layer_code.apply_rotary_pos_emb
     total = ids.shape[1]
     with few_token_passes():
         hidden = inner.embed_tokens(ids)
@@ -115,7 +115,7 @@ def packed_pass(model: PreTrainedModel, rows: Sequence[tuple[Sequence[int], Prea
             v = attn.v_proj(h).view(shape).transpose(1, 2)
             q, k = rotate(q, k, cos, sin)
             outs, start = [], 0
-            for (_, cache), n, mask in zip(rows, lengths, masks):
+            for (_, cache), n, mask in zip(rows, lengths, masks, strict=True):
                 end = start + n
                 keys, values = cache.update(k[:, :, start:end], v[:, :, start:end], attn.layer_idx)
                 out, _ = attend(attn, q[:, :, start:end], keys, values, mask, dropout=0.0, scaling=attn.scaling)

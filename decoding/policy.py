@@ -172,7 +172,7 @@ class AcceptanceTable:
     """
 
     config: PolicyConfig = field(default_factory=PolicyConfig)
-    counts: dict[tuple, _Counts] = field(default_factory=dict)
+    counts: dict[tuple[str, ...], _Counts] = field(default_factory=dict)
     priors: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def set_prior(self, drafter: str, alpha_first: float, alpha_next: float) -> None:
@@ -187,7 +187,7 @@ class AcceptanceTable:
             raise ValueError(f"priors must lie in [0, 1], got {alpha_first}, {alpha_next}")
         self.priors[drafter] = (alpha_first, alpha_next)
 
-    def alphas(self, state: tuple) -> tuple[float, float]:
+    def alphas(self, state: tuple[str, ...]) -> tuple[float, float]:
         """(α₁, αₙ) of ``state``: its counts smoothed with its drafter's prior
         (:meth:`set_prior`, else the config's)."""
         c, cfg = self.counts.get(state, _Counts()), self.config
@@ -196,7 +196,7 @@ class AcceptanceTable:
         return ((c.first_accepted + first * k) / (c.first_tried + k),
                 (c.next_accepted + nxt * k) / (c.next_tried + k))
 
-    def update(self, state: tuple, proposed: int, accepted: int) -> None:
+    def update(self, state: tuple[str, ...], proposed: int, accepted: int) -> None:
         """Book one round of ``state``: ``accepted`` of ``proposed`` drafted tokens (``proposed`` >= 1)."""
         cfg = self.config
         for key, c in self.counts.items():
@@ -356,7 +356,7 @@ class DrafterPolicy:
         """
         self._last_full = None
         offset = 0
-        for segment, n in zip(decision.segments, proposed):
+        for segment, n in zip(decision.segments, proposed, strict=False):
             if n <= 0:
                 continue
             if accepted < offset:  # this segment was never reached

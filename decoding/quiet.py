@@ -32,5 +32,5 @@ def quiet_torchao(level: int = logging.ERROR) -> Iterator[None]:
         try:
             yield
         finally:
-            for lg, lvl in zip(loggers, before):
+            for lg, lvl in zip(loggers, before, strict=True):
                 lg.setLevel(lvl)

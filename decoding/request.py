@@ -16,7 +16,6 @@ last one, which is the first input of the next pass.
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -27,18 +26,19 @@ from decoding.detokenize import IncrementalDetokenizer
 from decoding.draft_model_drafter import DraftModelDrafter
 from decoding.drafter import Draft, Drafter, DraftingMode, DraftRequest, Offer, join_drafts
 from decoding.kv_cache import PreallocatedCache, crop_cache
-from decoding.logits import effective_settings
+from decoding.logits import LogitsSettings, effective_settings
 from decoding.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, Segment, draft_prefill_pays
 from decoding.sampling import TokenSelector
-from decoding.stats import GenerationStats
+from decoding.stats import GenerationStats, RequestClock
 from decoding.stopping import StopChecker
 from decoding.verification import verify_greedy
 
 if TYPE_CHECKING:
     from decoding.engine import SpeculativeEngine
 
-# Output positions the KV cache reserves up front (tokens); longer answers regrow it.
-OUTPUT_RESERVE = 512
+#: Output positions a request's KV cache allocates up front (tokens): a memory setting, not a
+#: budget; an answer allowed more (``max_new_tokens``) grows its cache as it goes.
+KV_OUTPUT_PREALLOC = 512
 
 
 @dataclass
@@ -79,7 +79,8 @@ def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: PreallocatedCa
     1,000-token prompt and a 49k vocabulary the full head would cost more than the layers.
     """
     x = torch.tensor([prompt_ids], device=next(model.parameters()).device)
-    return model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+    logits: torch.Tensor = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+    return logits
 
 
 def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[Offer]]:
@@ -93,7 +94,7 @@ def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[O
     offers = [d.offer(gamma_max) for d in drafters]
     free = any(o.max_tokens > 0 and o.step_ms == 0 for o in offers)
     chains = [[o] for o in offers if o.max_tokens > 0 and (o.step_ms == 0 or not free)]
-    for d, o in zip(drafters, offers):
+    for d, o in zip(drafters, offers, strict=True):
         if 0 < o.max_tokens < gamma_max and o.step_ms == 0:
             span = d.propose(o.max_tokens).tokens
             chains += [[o, e.offer(gamma_max - len(span), span)] for e in drafters if e is not d]
@@ -107,11 +108,9 @@ def draft_segments(segments: Sequence[Segment], drafters: dict[str, Drafter], st
     drafts: list[Draft] = []
     after: list[int] = []
     for segment in segments:
-        t = time.perf_counter()
-        draft = drafters[segment.offer.drafter].propose(segment.tokens, after)
-        ms = (time.perf_counter() - t) * 1000
-        stats.drafter(segment.offer.drafter).ms += ms
-        stats.drafting_ms += ms if segment.offer.step_ms != 0 else 0.0  # priced (or unmeasured) model steps
+        name = segment.offer.drafter
+        with stats.drafting(name, priced=segment.offer.step_ms != 0):  # priced (or unmeasured) model steps
+            draft = drafters[name].propose(segment.tokens, after)
         drafts.append(draft)
         after += draft.tokens
         if len(draft.tokens) < segment.tokens:
@@ -129,10 +128,12 @@ class RequestState:
         config: budget, sampling, stop conditions, drafting mode.
         contexts: token sequences that seed the n-gram drafter (retrieved passages).
         cancel: polled between rounds; returning True ends the request with ``"cancelled"``.
+        settings: ``config``'s effective logits settings (``None``: resolved here).
     """
 
     def __init__(self, engine: "SpeculativeEngine", prompt: list[int], config: GenerationConfig,
-                 contexts: list[list[int]], cancel: Callable[[], bool] | None = None) -> None:
+                 contexts: list[list[int]], cancel: Callable[[], bool] | None = None,
+                 settings: LogitsSettings | None = None) -> None:
         self.engine, self.prompt, self.config, self.contexts, self.cancel = engine, prompt, config, contexts, cancel
         target = engine.target
         eos = target.eos_token_ids() if config.eos_token_ids is None else config.eos_token_ids
@@ -143,19 +144,19 @@ class RequestState:
         holdback = max((len(s) for s in config.stop_strings), default=1) - 1
         self.detok = IncrementalDetokenizer(target.tokenizer, holdback=holdback)
         self.stats = GenerationStats(prompt_tokens=len(prompt))
-        self.settings = effective_settings(config, target.generation_defaults, target.model.config.vocab_size)
+        self.settings = settings or effective_settings(config, target.generation_defaults,
+                                                       target.model.config.vocab_size)
         self.stats.generation_settings = self.settings.to_dict()
         # A seeded sample must not depend on earlier requests: no answer history, priors only.
         self.seeded = not config.greedy and config.seed is not None
-        self.cache: PreallocatedCache | None = None
-        self.sampling: TokenSelector | None = None
+        self._cache: PreallocatedCache | None = None  # from start() until finish()
+        self._sampling: TokenSelector | None = None
         self.drafters: list[Drafter] = []
-        self.policy: DrafterPolicy | None = None
+        self._policy: DrafterPolicy | None = None
         self.decision: Decision = PLAIN
         self.draft = Draft([])
         self._segments: list[Draft] = []
-        self._t0 = time.perf_counter()
-        self._t_decode = self._t0
+        self.clock = RequestClock(self.stats)
 
     # -- life cycle ---------------------------------------------------------------------------
     @property
@@ -164,44 +165,68 @@ class RequestState:
         return self.stop.finish_reason is not None
 
     @property
+    def cache(self) -> PreallocatedCache:
+        """Its target KV cache (from :meth:`start` until :meth:`finish`)."""
+        if self._cache is None:
+            raise RuntimeError("the request has no KV cache: not started, or finished")
+        return self._cache
+
+    @property
+    def sampling(self) -> TokenSelector:
+        """Its token selector (from :meth:`start` on)."""
+        if self._sampling is None:
+            raise RuntimeError("the request has not started")
+        return self._sampling
+
+    @property
+    def policy(self) -> DrafterPolicy:
+        """Its drafting policy (from :meth:`start` on, once it has a first token)."""
+        if self._policy is None:
+            raise RuntimeError("the request has not started")
+        return self._policy
+
+    @property
     def context_tokens(self) -> int:
         """Positions in its target KV cache (what a pass attends over)."""
         return len(self.prompt) + max(len(self.stop.output) - 1, 0)
 
     def start(self) -> StreamEvent:
         """Prefill the target, choose the first token, start the request's drafters."""
-        self._t0 = time.perf_counter()
+        self.clock.start()
         if self.budget <= 0:
             self.stop.finish_reason = "length"
             return StreamEvent("")
         target, stats = self.engine.target, self.stats
-        self.sampling = TokenSelector(self.settings.processors(len(self.prompt), self._eos, target.device),
-                                      self.config.temperature, self.config.top_k, self.config.top_p, self.config.seed,
-                                      len(self.prompt), target.device)
-        self.cache = PreallocatedCache(len(self.prompt) + min(self.budget, OUTPUT_RESERVE))
-        logits = prefill(target.model, self.prompt, self.cache)
-        stats.prefill_ms = (time.perf_counter() - self._t0) * 1000
-        committed = self.stop.accept([self.sampling.choose(self.prompt, logits)])
+        sampling = self._sampling = TokenSelector(
+            self.settings.processors(len(self.prompt), self._eos, target.device), self.config.temperature,
+            self.config.top_k, self.config.top_p, self.config.seed, len(self.prompt), target.device)
+        self._cache = PreallocatedCache(len(self.prompt) + min(self.budget, KV_OUTPUT_PREALLOC))
+        logits = prefill(target.model, self.prompt, self._cache)
+        self.clock.prefilled()
+        committed = self.stop.accept([sampling.choose(self.prompt, logits)])
         stats.record_first()
-        stats.ttft_ms = (time.perf_counter() - self._t0) * 1000
+        self.clock.first_token()
         event = StreamEvent(self._delta(), committed)
-        self._t_decode = t_begin = time.perf_counter()
+        with stats.overhead():
+            self._start_drafters(committed)
+        return event
+
+    def _start_drafters(self, committed: list[int]) -> None:
+        """The request's copies of the drafters its mode selects, begun after the prefill, and
+        its policy. A draft model that prefills the prompt here runs a priced forward: booked as
+        drafting, not overhead."""
         if not self.done:
             self.drafters = [copy.copy(d) for d in self.engine.drafters if self.config.drafting.selects(d.name)]
         prefill_draft = self._prefill_draft()
         request = DraftRequest(self.prompt, self.contexts, self.cache, self.sampling, reproducible=self.seeded,
-                               output_reserve=min(self.budget, OUTPUT_RESERVE) + self.config.num_speculative_tokens,
+                               output_reserve=min(self.budget, KV_OUTPUT_PREALLOC) + self.config.num_speculative_tokens,
                                prefill_draft=prefill_draft)
-        t_draft = time.perf_counter()
-        for d in self.drafters:
-            d.begin(request)
-            d.observe(committed)
-        prefill_draft_ms = (time.perf_counter() - t_draft) * 1000 if prefill_draft else 0.0
-        stats.drafting_ms += prefill_draft_ms  # a draft model's forward, not overhead
+        with self.stats.drafting(priced=prefill_draft):
+            for d in self.drafters:
+                d.begin(request)
+                d.observe(committed)
         table = AcceptanceTable(self.engine.acceptance.config) if self.seeded else self.engine.acceptance
-        self.policy = DrafterPolicy(self.engine.cost_model(self.context_tokens), table)
-        stats.overhead_ms += (time.perf_counter() - t_begin) * 1000 - prefill_draft_ms
-        return event
+        self._policy = DrafterPolicy(self.engine.cost_model(self.context_tokens), table)
 
     def gamma_max(self) -> int:
         """Most tokens this round may draft: the request's γ, its remaining budget, the context window."""
@@ -242,33 +267,35 @@ class RequestState:
         Returns:
             The deferred segment as ``(drafter, max_tokens, after)``, or ``None`` (the draft is complete).
         """
-        t, drafting_ms = time.perf_counter(), self.stats.drafting_ms
+        with self.stats.overhead():  # the proposals' own time is booked as drafting inside
+            self._record_switch(decision)
+            self.decision = decision
+            by_name = {d.name: d for d in self.drafters}
+            segments = list(decision.segments)
+            last = by_name[segments[-1].offer.drafter] if segments and defer_draft_model else None
+            model = last if isinstance(last, DraftModelDrafter) else None  # the segment left to the caller
+            head = segments[:-1] if model is not None else segments
+            self._segments = draft_segments(head, by_name, self.stats)
+            deferred = None
+            whole = all(len(d.tokens) == s.tokens for d, s in zip(self._segments, head, strict=False))
+            if model is not None and whole:
+                deferred = (model, segments[-1].tokens, [t for d in self._segments for t in d.tokens])
+            self.draft = join_drafts(self._segments)
+        return deferred
+
+    def _record_switch(self, decision: Decision) -> None:
+        """A plan by another drafter than the last round's is a switch, booked with its reason."""
         policy, stats = self.policy, self.stats
         if decision is not PLAIN and decision.drafter != policy.current:
             # at_token: tokens emitted before this round (the prefill's token + decode tokens).
             stats.switches.append({"at_token": 1 + stats.decode_tokens, "from": policy.current or "plain",
                                    "to": decision.drafter or "plain", "reason": decision.reason})
             policy.current = decision.drafter
-        self.decision = decision
-        by_name = {d.name: d for d in self.drafters}
-        segments = list(decision.segments)
-        tail = segments[-1] if segments and defer_draft_model else None
-        if tail is not None and not isinstance(by_name[tail.offer.drafter], DraftModelDrafter):
-            tail = None
-        head = segments[:-1] if tail is not None else segments
-        self._segments = draft_segments(head, by_name, stats)
-        deferred = None
-        if tail is not None and all(len(d.tokens) == s.tokens for d, s in zip(self._segments, head)):
-            deferred = (by_name[tail.offer.drafter], tail.tokens, [t for d in self._segments for t in d.tokens])
-        self.draft = join_drafts(self._segments)
-        stats.overhead_ms += (time.perf_counter() - t) * 1000 - (stats.drafting_ms - drafting_ms)
-        return deferred
 
     def add_model_draft(self, draft: Draft, ms: float) -> None:
         """The deferred draft-model segment's proposal (see :meth:`propose`), ``ms`` its share of
         the shared draft forwards."""
-        self.stats.drafter(DraftModelDrafter.name).ms += ms
-        self.stats.drafting_ms += ms
+        self.stats.book_drafting(DraftModelDrafter.name, ms)
         self._segments.append(draft)
         self.draft = join_drafts(self._segments)
 
@@ -280,19 +307,19 @@ class RequestState:
     def commit(self, logits: torch.Tensor, batch_size: int = 1) -> StreamEvent:
         """Verify the draft against this round's logits ``(len(pass_tokens), vocab)``, crop the
         KV cache to the committed length and commit through the stop checker."""
-        t = time.perf_counter()
-        stats, seq_len = self.stats, len(self.prompt) + len(self.stop.output)
-        scores = self.sampling.scores(self.prompt + self.stop.output, self.draft.tokens, logits)
-        block, n_accepted = verify_greedy(self.draft.tokens, scores)
-        crop_cache(self.cache, seq_len + n_accepted)
-        committed = self.stop.accept(block)
-        proposed = [(s.offer.drafter, len(d.tokens), d.origin) for s, d in zip(self.decision.segments, self._segments)]
-        stats.record_round(proposed, n_accepted, len(committed), batch_size)
-        self.policy.update(self.decision, [n for _, n, _ in proposed], n_accepted)
-        for d in self.drafters:
-            d.observe(committed)
-        self.draft, self._segments, self.decision = Draft([]), [], PLAIN
-        stats.overhead_ms += (time.perf_counter() - t) * 1000
+        with self.stats.overhead():
+            seq_len = len(self.prompt) + len(self.stop.output)
+            scores = self.sampling.scores(self.prompt + self.stop.output, self.draft.tokens, logits)
+            block, n_accepted = verify_greedy(self.draft.tokens, scores)
+            crop_cache(self.cache, seq_len + n_accepted)
+            committed = self.stop.accept(block)
+            proposed = [(s.offer.drafter, len(d.tokens), d.origin)
+                        for s, d in zip(self.decision.segments, self._segments, strict=False)]
+            self.stats.record_round(proposed, n_accepted, len(committed), batch_size)
+            self.policy.update(self.decision, [n for _, n, _ in proposed], n_accepted)
+            for d in self.drafters:
+                d.observe(committed)
+            self.draft, self._segments, self.decision = Draft([]), [], PLAIN
         return StreamEvent(self._delta(), committed)
 
     def check_cancel(self) -> None:
@@ -304,21 +331,20 @@ class RequestState:
         """The last event, carrying the :class:`GenerationResult`; books the answer into the
         engine's answer history."""
         stats, stop = self.stats, self.stop
-        if self.cache is not None:
+        if self._cache is not None:
             if stop.finish_reason == "repetition":  # τ counts what the user gets, not the cut repeats
                 stats.loop_cut_tokens = stop.generated - len(stop.output)
                 stats.decode_tokens = max(len(stop.output) - 1, 0)
                 stats.truncate(len(stop.output))
-            t_history = time.perf_counter()
-            self.engine.remember(self.prompt, stop.output)
-            stats.overhead_ms += (time.perf_counter() - t_history) * 1000
-            stats.decode_ms = (time.perf_counter() - self._t_decode) * 1000
-        stats.total_ms = (time.perf_counter() - self._t0) * 1000
+            with stats.overhead():
+                self.engine.remember(self.prompt, stop.output)
+            self.clock.decoded()
+        self.clock.finished()
         stats.new_tokens = len(stop.output)
         stats.finish_reason = stop.finish_reason
         text = stop.final_text()
         result = GenerationResult(list(stop.output), text, stop.finish_reason or "length", stats)
-        self.cache = None  # free the KV cache now, not when the caller drops the state
+        self._cache = None  # free the KV cache now, not when the caller drops the state
         return StreamEvent(self.detok.finish(text), [], result)
 
     # -- helpers ------------------------------------------------------------------------------

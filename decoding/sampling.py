@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from transformers import LogitsProcessorList
@@ -147,7 +148,9 @@ class TokenSelector:
         logits = logits.to(torch.float32, copy=True)  # generate() processes float32 copies too
         ids = torch.tensor([list(prefix) + list(draft)], dtype=torch.long, device=logits.device)
         n = len(prefix)
-        return torch.cat([self.processors(ids[:, : n + i], logits[i : i + 1]) for i in range(logits.shape[0])])
+        rows = [self.processors(cast(torch.LongTensor, ids[:, : n + i]), logits[i : i + 1])
+                for i in range(logits.shape[0])]
+        return torch.cat(rows)
 
     def scores(self, prefix: Sequence[int], draft: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
         """``(k + 1, vocab)`` scores whose row-wise argmax is the token at each position:
@@ -175,8 +178,8 @@ class TokenSelector:
         filtered) distribution: a drafter's confidence in ``[0, 1]``."""
         processed = self.process(prefix, (), logits[None])[0]
         if self.greedy:
-            top, token = torch.softmax(processed.float(), dim=-1).max(dim=-1)
-            return int(token), float(top)
+            top, index = torch.softmax(processed.float(), dim=-1).max(dim=-1)
+            return int(index), float(top)
         filtered = filtered_logits(processed, self.temperature, self.top_k, self.top_p)
         token = int((filtered + self.noise(len(prefix) - self.prompt_length, filtered.shape[-1])).argmax())
         return token, float(torch.softmax(filtered, dim=-1).max())

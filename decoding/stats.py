@@ -1,10 +1,13 @@
-"""Per-request decoding statistics."""
+"""Per-request decoding statistics, and the timers that book wall time into them."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 TARGET = "target"  # the producer of tokens no drafter proposed (first token, corrections, bonus tokens)
 
@@ -59,10 +62,10 @@ class GenerationStats:
     finish_reason: str | None = None
     loop_cut_tokens: int = 0  # generated, then removed by the loop stop (not in decode_tokens)
     drafters: dict[str, DrafterStats] = field(default_factory=dict)
-    switches: list[dict] = field(default_factory=list)
+    switches: list[dict[str, Any]] = field(default_factory=list)
     accepted_by_position: list[list[int]] = field(default_factory=list)  # [proposed, accepted] per draft slot
     block_sizes: list[int] = field(default_factory=list)
-    generation_settings: dict = field(default_factory=dict)  # effective logits settings (decoding.logits)
+    generation_settings: dict[str, Any] = field(default_factory=dict)  # effective logits settings (decoding.logits)
     draft_prefill: str | None = None  # whether a draft model with its own KV cache prefilled the prompt, and why
     batch_size_sum: int = 0  # requests sharing each decode-phase pass, summed over the passes
     max_batch_size: int = 0
@@ -107,7 +110,8 @@ class GenerationStats:
         """Tokens drafted per decode-phase target pass, on average (γ; 0 before any pass)."""
         return self.drafted_tokens / self.target_passes if self.target_passes else 0.0
 
-    def record_round(self, segments: Sequence[tuple], accepted: int, committed: int, batch_size: int = 1) -> None:
+    def record_round(self, segments: Sequence[tuple[str, int] | tuple[str, int, str]], accepted: int, committed: int,
+                     batch_size: int = 1) -> None:
         """Book one verification round.
 
         Args:
@@ -150,6 +154,32 @@ class GenerationStats:
             self.accepted_by_position[i][0] += 1
             self.accepted_by_position[i][1] += int(i < accepted)
 
+    def book_drafting(self, drafter: str | None, ms: float, priced: bool = True) -> None:
+        """Book ``ms`` of proposals: to ``drafter``'s counts (when named) and, when the cost
+        model prices them (a draft model's forwards), to :attr:`drafting_ms`."""
+        if drafter is not None:
+            self.drafter(drafter).ms += ms
+        if priced:
+            self.drafting_ms += ms
+
+    @contextmanager
+    def drafting(self, drafter: str | None = None, priced: bool = True) -> Iterator[None]:
+        """Time the block as drafting (:meth:`book_drafting`)."""
+        clock = Stopwatch()
+        try:
+            yield
+        finally:
+            self.book_drafting(drafter, clock.ms, priced)
+
+    @contextmanager
+    def overhead(self) -> Iterator[None]:
+        """Time the block as :attr:`overhead_ms`, less the :attr:`drafting_ms` booked inside it."""
+        clock, drafting = Stopwatch(), self.drafting_ms
+        try:
+            yield
+        finally:
+            self.overhead_ms += clock.ms - (self.drafting_ms - drafting)
+
     def truncate(self, kept: int) -> None:
         """Keep the producers of the first ``kept`` emitted tokens (after a loop stop's cut)."""
         del self.sources[kept:]
@@ -161,7 +191,7 @@ class GenerationStats:
         accepted: quoted from the sources by construction."""
         return sum(1 for o in self.origins if o == "passage")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable summary (adds τ and per-drafter α)."""
         out = asdict(self)
         del out["sources"], out["origins"]
@@ -177,3 +207,53 @@ class GenerationStats:
         for k in ("prefill_ms", "ttft_ms", "decode_ms", "total_ms", "overhead_ms", "drafting_ms"):
             out[k] = round(out[k], 2)
         return out
+
+
+class Stopwatch:
+    """Wall time since it was made (or :meth:`restart`-ed), in milliseconds."""
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def restart(self) -> None:
+        """Count from now."""
+        self._t0 = time.perf_counter()
+
+    @property
+    def ms(self) -> float:
+        """Milliseconds elapsed."""
+        return (time.perf_counter() - self._t0) * 1000
+
+
+class RequestClock:
+    """The wall-clock marks of one request, booked into its :class:`GenerationStats` (ms):
+    :meth:`start` at admission, :meth:`prefilled` (``prefill_ms``), :meth:`first_token`
+    (``ttft_ms``; the decode phase starts), :meth:`decoded` (``decode_ms``) and
+    :meth:`finished` (``total_ms``)."""
+
+    def __init__(self, stats: GenerationStats) -> None:
+        self.stats = stats
+        self._request = Stopwatch()
+        self._decode = Stopwatch()
+
+    def start(self) -> None:
+        """The request starts now."""
+        self._request.restart()
+        self._decode.restart()
+
+    def prefilled(self) -> None:
+        """The target's prefill pass is done."""
+        self.stats.prefill_ms = self._request.ms
+
+    def first_token(self) -> None:
+        """The first token is chosen: time to first token; the decode phase starts."""
+        self.stats.ttft_ms = self._request.ms
+        self._decode.restart()
+
+    def decoded(self) -> None:
+        """The decode phase is over."""
+        self.stats.decode_ms = self._decode.ms
+
+    def finished(self) -> None:
+        """The request is over."""
+        self.stats.total_ms = self._request.ms

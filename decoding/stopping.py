@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
+from decoding.detokenize import decode_text
+
 #: A span that occurs this many times in the output (the last one ending now) is a loop.
 LOOP_OCCURRENCES = 3
 
@@ -154,14 +156,14 @@ class StopChecker:
 
     def _completes_stop_string(self) -> bool:
         # Special tokens count, as in StopStringCriteria: a stop string may be or contain one.
-        tail = self.tokenizer.decode(self.output[-self._window :], skip_special_tokens=False)
+        tail = decode_text(self.tokenizer, self.output[-self._window :], skip_special_tokens=False)
         return any(s in tail for s in self.stop_strings)
 
     def final_text(self) -> str:
         """The decoded output (special tokens skipped), cut before the first stop string."""
         if self.finish_reason == "stop":
             return text_before_stop(self.tokenizer, self.output, self.stop_strings)
-        return self.tokenizer.decode(self.output, skip_special_tokens=True)
+        return decode_text(self.tokenizer, self.output, skip_special_tokens=True)
 
 
 def apply_stops(token_ids: Sequence[int], checker: StopChecker) -> tuple[list[int], str | None]:
@@ -187,8 +189,8 @@ def text_before_stop(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], sto
     that precedes it (nothing when that token is itself special).
     """
     ids = list(ids)
-    plain = tokenizer.decode(ids, skip_special_tokens=True)
-    full = tokenizer.decode(ids, skip_special_tokens=False)
+    plain = decode_text(tokenizer, ids, skip_special_tokens=True)
+    full = decode_text(tokenizer, ids, skip_special_tokens=False)
     hits = [i for i in (full.find(s) for s in stop_strings) if i >= 0]
     if full == plain or not hits:
         return cut_at_stop_string(plain, stop_strings)
@@ -197,7 +199,7 @@ def text_before_stop(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], sto
     head = full
     while j > 0 and (len(head) > start or not full.startswith(head)):
         j -= 1
-        head = tokenizer.decode(ids[:j], skip_special_tokens=False)
+        head = decode_text(tokenizer, ids[:j], skip_special_tokens=False)
     special = set(getattr(tokenizer, "all_special_ids", ()))
     inside = "" if j < len(ids) and ids[j] in special else full[len(head):start]
-    return tokenizer.decode(ids[:j], skip_special_tokens=True) + inside
+    return decode_text(tokenizer, ids[:j], skip_special_tokens=True) + inside

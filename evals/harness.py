@@ -113,10 +113,10 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
     """The engine for replaying saved cases: the target named in the cases file (``meta``
     from :func:`load_cases`) on ``device``/``dtype``, with no store.
 
-    The draft model is set up as the service sets it up: ``derived:int4`` (or ``auto`` on
-    CPU) is built and calibrated by :class:`~decoding.lean_draft.LeanDraftLoader` and
-    attached with its measured step cost and agreement (the policy's prior); ``auto``
-    attaches it only when the calibration pays. Other specs are loaded as models.
+    The draft model is set up as the service sets it up (:mod:`decoding.draft_plan`):
+    ``derived:int4`` (or what ``auto`` plans on CPU) is built and calibrated and attached
+    with its measured step cost and agreement (the policy's prior); ``auto`` attaches it
+    only when the calibration pays. Other specs are loaded as models.
 
     Args:
         draft_model: a draft model id/path or ``derived:...`` spec (default: the file's).
@@ -124,26 +124,17 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
     Raises:
         decoding.models.ModelLoadError: the target or draft cannot be loaded.
     """
-    from decoding.derived_draft import AUTO_DRAFT, DERIVED_PREFIX, LEAN_DRAFT, derive_draft
-    from decoding.lean_draft import LeanDraftLoader
+    from decoding.draft_plan import attach_when_ready, lean_draft_loader, load_draft
     from decoding.models import load_model
 
-    target = load_model(meta["target_model"], device=device, dtype=dtype, cache_dir=model_dir)
-    spec = draft_model if draft_model is not None else meta.get("draft_model")
-    if spec in (AUTO_DRAFT, LEAN_DRAFT):
-        engine = SpeculativeEngine(target)
-        if spec == LEAN_DRAFT or target.device.type == "cpu":
-            loader = LeanDraftLoader(target, model_dir, require_pay=spec == AUTO_DRAFT).start()
-            if loader.wait() and loader.calibration is not None:
-                engine.attach_draft(loader.draft, loader.calibration.draft_ms,
-                                    agreement=loader.calibration.agreement)
-            log.info("draft model (%s): %s", spec, loader.reason)
-    else:
-        draft = None
-        if spec:
-            draft = (derive_draft(target, spec) if spec.startswith(DERIVED_PREFIX)
-                     else load_model(spec, device=device, dtype=dtype, cache_dir=model_dir))
-        engine = SpeculativeEngine(target, draft)
+    name = meta["target_model"]
+    target = load_model(name, device=device, dtype=dtype, cache_dir=model_dir)
+    spec = (draft_model if draft_model is not None else meta.get("draft_model")) or ""
+    engine = SpeculativeEngine(target, load_draft(spec, target, target_model=name, device=device, dtype=dtype,
+                                                  cache_dir=model_dir))
+    loader = lean_draft_loader(spec, target, target_model=name, device=device, cache_dir=model_dir)
+    if loader is not None:
+        attach_when_ready(engine, loader.start(), spec)
     return EvalSetup(None, None, None, replay_engine=engine, loop_span=int(meta.get("loop_span", 0)))
 
 
@@ -152,9 +143,8 @@ def build_cases(setup: EvalSetup, questions: list[Question], max_new_tokens: int
     answers "not found" (:mod:`copilot.grounding`) is left out: no model runs for it, so there
     is no decoding to time or check."""
     cases = []
-    config = setup.service.generation_config(max_new_tokens)
     for q in questions:
-        prepared = setup.service.prepare(q.question, config=config)
+        prepared = setup.service.prepare(setup.service.question(q.question, max_new_tokens=max_new_tokens))
         if not prepared.grounding.answerable:
             log.info("%s: answered 'not found' without the model (%s): no case", q.id, prepared.grounding.reason)
             continue

@@ -322,7 +322,7 @@ class ScriptedDrafter:
 
         tokens = list(self.script(self.output + list(after)))[: max(max_tokens, 0)]
         self.proposals.append(tokens)
-        return Draft(tokens, None, match_length=99)
+        return Draft(tokens, match_length=99)
 
 
 @pytest.fixture

@@ -7,8 +7,11 @@ from __future__ import annotations
 import pytest
 
 from copilot.config import Settings
-from copilot.service import AUTO_DRAFT, CopilotService, auto_draft_plan, draft_model_plan
+from copilot.service import CopilotService
 from decoding import GenerationConfig, SpeculativeEngine
+from decoding.derived_draft import AUTO_DRAFT, LEAN_DRAFT
+from decoding.draft_plan import auto_draft_plan, draft_model_plan, lean_draft_loader, load_draft
+from decoding.embedded import QWEN_CODER_05B, QWEN_CODER_15B
 from decoding.policy import CostModel
 
 COSTS = CostModel(verify_ms=(10.0, 10.5, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0))
@@ -17,12 +20,32 @@ COSTS = CostModel(verify_ms=(10.0, 10.5, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.
 def test_auto_is_the_default_and_a_cpu_recipe(tmp_path):
     settings = Settings(data_dir=tmp_path, _env_file=None)
     assert settings.draft_model == AUTO_DRAFT
-    assert auto_draft_plan(settings.model_copy(update={"device": "cpu"})) == "derived:int4"
-    assert auto_draft_plan(settings.model_copy(update={"device": "cuda"})) is None
-    assert auto_draft_plan(settings.model_copy(update={"draft_model": ""})) is None
-    assert "background" in draft_model_plan(settings.model_copy(update={"device": "cpu"}))
-    assert "none on this device" in draft_model_plan(settings.model_copy(update={"device": "cuda"}))
-    assert draft_model_plan(settings.model_copy(update={"draft_model": ""})).startswith("none")
+    target = settings.target_model
+    assert auto_draft_plan(AUTO_DRAFT, target, "cpu") == "derived:int4"
+    assert auto_draft_plan(AUTO_DRAFT, target, "cuda") is None
+    assert auto_draft_plan("", target, "cpu") is None
+    assert auto_draft_plan(AUTO_DRAFT, QWEN_CODER_15B.name, "cuda") == QWEN_CODER_05B.name
+    assert "background" in draft_model_plan(AUTO_DRAFT, target, "cpu")
+    assert "none on this device" in draft_model_plan(AUTO_DRAFT, target, "cuda")
+    assert draft_model_plan("", target, "cpu").startswith("none")
+    assert draft_model_plan("derived:layers:1", target, "cpu") == "derived:layers:1, loaded at start"
+
+
+def test_the_plan_says_what_is_loaded_and_what_is_built(tiny_models, tmp_path):
+    """``load_draft`` loads what is loaded with the target; ``lean_draft_loader`` is the
+    derived:int4 build: for ``auto`` it keeps the draft only when it pays, asked for by
+    name it keeps it whatever the calibration says."""
+    target = tiny_models.load("small")
+    where = {"target_model": target.name, "device": "cpu"}
+    for spec in ("", AUTO_DRAFT, LEAN_DRAFT):
+        assert load_draft(spec, target, dtype="float32", cache_dir=tmp_path, **where) is None
+    layers = load_draft("derived:layers:1", target, dtype="float32", cache_dir=tmp_path, **where)
+    assert layers is not None and layers.model.config.num_hidden_layers == 1
+    assert lean_draft_loader("", target, cache_dir=tmp_path, **where) is None
+    assert lean_draft_loader("derived:layers:1", target, cache_dir=tmp_path, **where) is None
+    assert lean_draft_loader(AUTO_DRAFT, target, target_model=target.name, device="cuda", cache_dir=tmp_path) is None
+    assert lean_draft_loader(AUTO_DRAFT, target, cache_dir=tmp_path, **where).require_pay is True
+    assert lean_draft_loader(LEAN_DRAFT, target, cache_dir=tmp_path, **where).require_pay is False
 
 
 def test_the_service_serves_while_the_draft_builds_then_reports_the_outcome(tiny_models, light_store, tmp_path):

@@ -106,8 +106,8 @@ def test_output_clipped_at_the_context_window(tiny_models, engine, small, mode):
         ids, _, _ = tiny_models.expected("small", prompt, 100, ())
         seen = []
         hook = small.model.register_forward_pre_hook(
-            lambda mod, args, kw: seen.append(kw.get("past_key_values", kw.get("cache")).get_seq_length()
-                                              + kw["input_ids"].shape[1]),
+            lambda mod, args, kw, seen=seen: seen.append(kw.get("past_key_values", kw.get("cache")).get_seq_length()
+                                                         + kw["input_ids"].shape[1]),
             with_kwargs=True)
         try:
             config = GenerationConfig(max_new_tokens=100, drafting=mode, eos_token_ids=(), num_speculative_tokens=10)
@@ -223,7 +223,7 @@ def test_always_wrong_drafter_gives_plain_greedy(tiny_models, scripted_engine, n
     for text in ("the disk is full", "restart xrootd now"):
         prompt = target.tokenizer.encode(text)
         ref = tiny_models.greedy(name, prompt, 40)
-        engine = scripted_engine(target, lambda out: [(t + 1) % vocab for t in ref[len(out):]])
+        engine = scripted_engine(target, lambda out, ref=ref: [(t + 1) % vocab for t in ref[len(out):]])
         config = GenerationConfig(max_new_tokens=40, drafting="ngram", num_speculative_tokens=10, eos_token_ids=(),
                                   fixed_gamma=True)
         result = check(tiny_models, engine, prompt, config, name=name)
@@ -300,7 +300,7 @@ def test_draft_model_drafter_stays_in_sync(tiny_models, small, draft_name):
     draft = tiny_models.load(draft_name)
     shares_prefill = draft_name != "small_trunc"
     drafter = DraftModelDrafter(draft, small, min_confidence=0.0)
-    assert drafter.share_target_prefill == shares_prefill
+    assert drafter.use_target_cache == shares_prefill
     prompt = prompt_of(small)
     target_cache = None
     if shares_prefill:  # the engine hands over the target's prompt KV cache
@@ -323,7 +323,7 @@ def test_draft_model_drafter_stays_in_sync(tiny_models, small, draft_name):
         drafter.observe(new)
         committed += new
     # Resynchronising a fresh drafter on the same committed sequence gives the same proposal.
-    fresh = DraftModelDrafter(draft, small, min_confidence=0.0, share_target_prefill=False)
+    fresh = DraftModelDrafter(draft, small, min_confidence=0.0, use_target_cache=False)
     fresh.begin(DraftRequest(committed, [], None))
     if draft_name != "small_noisy":
         assert drafter.propose(4).tokens == fresh.propose(4).tokens
@@ -365,7 +365,7 @@ def test_draft_model_drafts_over_the_targets_verified_kv_and_prices_what_it_feed
     assert fed[0] == [new[-1], 7, 8] and target_cache.get_seq_length() == len(committed) - 1
     # Without the target's cache the lacking committed tokens are fed, and priced.
     alone = DraftModelDrafter(draft, small, min_confidence=0.0, step_ms=10.0, feed_ms=feed,
-                              share_target_prefill=False)
+                              use_target_cache=False)
     alone.begin(DraftRequest(prompt, [], None))
     alone.observe(first)
     n = len(prompt) + 1

@@ -9,8 +9,17 @@ import pytest
 
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.drafter import Offer
-from decoding.policy import (PLAIN, AcceptanceTable, CostModel, Decision, DrafterPolicy, PolicyConfig, Segment,
-                             expected_tokens, state_name)
+from decoding.policy import (
+    PLAIN,
+    AcceptanceTable,
+    CostModel,
+    Decision,
+    DrafterPolicy,
+    PolicyConfig,
+    Segment,
+    expected_tokens,
+    state_name,
+)
 from decoding.stats import DrafterStats, GenerationStats
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -356,7 +365,8 @@ def test_a_drafter_setup_cost_is_priced_once_per_round():
     costly = Offer("draft_model", 8, (), "draft model", 8.0, setup_ms=500.0)
     assert policy.choose([[cheap]], 8).drafter == "draft_model"
     assert policy.choose([[costly]], 8).drafter is None
-    assert policy._rate([Segment(cheap, 3, ("draft_model", ""))]) > policy._rate([Segment(costly, 3, ("draft_model", ""))])
+    assert (policy._rate([Segment(cheap, 3, ("draft_model", ""))])
+            > policy._rate([Segment(costly, 3, ("draft_model", ""))]))
 
 
 def test_tokens_copied_from_a_passage_are_counted_by_origin():

@@ -29,11 +29,11 @@ def qwen(tmp_path_factory):
 
 def test_the_default_target_on_cpu_is_the_embedded_qwen_05b():
     from copilot.config import Settings
-    from copilot.service import draft_model_plan
+    from decoding.draft_plan import draft_model_plan
 
     assert Settings(_env_file=None, target_model="auto", device="cpu").target_model == QWEN_CODER_05B.name
     pair = Settings(_env_file=None, target_model=QWEN_CODER_15B.name, device="cpu")
-    assert draft_model_plan(pair).startswith(f"auto: {QWEN_CODER_05B.name}")
+    assert draft_model_plan(pair.draft_model, pair.target_model, pair.device).startswith(f"auto: {QWEN_CODER_05B.name}")
 
 
 def test_assembled_dequantized_and_loaded(qwen):

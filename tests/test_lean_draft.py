@@ -1,10 +1,12 @@
-"""The lean (gpt-fast-style) draft forward of decoding.lean_draft on tiny random Llamas.
+"""The lean (gpt-fast-style) draft of decoding.lean_draft on tiny random Llamas.
 
-What is checked: the lean forward computes what the transformers forward of the same
-weights computes (dense: to float32 rounding; int4/int8: against the dequantized
-weights, to bfloat16 rounding); the KV cache crops and regrows without changing a
-result; starting from the target's K/V equals prefilling; packed weights round-trip
-through the disk cache; the background loader and the calibration report a verdict.
+What is checked, all through the one forward the engine drafts with (``model(input_ids,
+cache=PreallocatedCache)``): it computes what the transformers forward of the same weights
+computes (dense: to float32 rounding; int4/int8: against the dequantized weights, to
+bfloat16 rounding); a cropped cache regrows without changing a result; drafting over the
+target's own KV cache equals prefilling; a draft with fewer layers gets a cache of its own
+from the drafter; packed weights round-trip through the disk cache; the background loader
+and the calibration report a verdict.
 """
 
 from __future__ import annotations
@@ -14,20 +16,18 @@ import copy
 import pytest
 import torch
 
-from decoding.kv_cache import PreallocatedCache
+from decoding.draft_model_drafter import DraftModelDrafter
+from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.lean_draft import (
-    LeanDraftLM,
     LeanDraftLoader,
     LeanDraftModel,
-    LeanKVCache,
     PackedLinear,
     build_lean_draft,
-    calibrate_lean_draft,
-    dequantize_int4_groups,
     measure_lean_draft,
     quantize_int4_groups,
     quantize_int8_rows,
 )
+from decoding.models import LoadedModel
 
 DENSE = {"quant": "dense", "head": "dense", "act_dtype": torch.float32}
 
@@ -46,6 +46,25 @@ def _hf_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
     return model(input_ids=torch.tensor([ids])).logits[0].float()
 
 
+def _feed(model: torch.nn.Module, ids: list[int], cache: PreallocatedCache) -> torch.Tensor:
+    """Logits ``(len(ids), vocab)`` of one forward over ``ids`` after ``cache``."""
+    return model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True).logits[0]
+
+
+def _one_by_one(model: torch.nn.Module, ids: list[int], cache: PreallocatedCache) -> torch.Tensor:
+    """Logits ``(len(ids), vocab)`` of one-token forwards (the draft's steps)."""
+    return torch.stack([_feed(model, [t], cache)[0] for t in ids])
+
+
+def _dequantize_int4(codes: torch.Tensor, scales_zeros: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The float32 ``(N, K)`` weights int4 codes and ``[scale, zero]`` groups stand for (the
+    tinygemm convention ``(q - 8) * scale + zero``)."""
+    n, k = codes.shape
+    sz = scales_zeros.float().transpose(0, 1)  # (N, K/g, 2)
+    q = codes.reshape(n, k // group_size, group_size).float()
+    return ((q - 8) * sz[..., :1] + sz[..., 1:]).reshape(n, k)
+
+
 def _dequantized_copy(model: torch.nn.Module, quant: str, head: str = "int8") -> torch.nn.Module:
     """The transformers model with every decoder linear (and the LM head) replaced by
     what the lean draft's packed weights represent (scales rounded to bfloat16)."""
@@ -58,7 +77,7 @@ def _dequantized_copy(model: torch.nn.Module, quant: str, head: str = "int8") ->
             w = mod.weight.float()
             if kind == "int4":
                 codes, sz = quantize_int4_groups(w, 32)
-                mod.weight.copy_(dequantize_int4_groups(codes, sz.bfloat16(), 32))
+                mod.weight.copy_(_dequantize_int4(codes, sz.bfloat16(), 32))
             elif kind == "int8":
                 codes, scales = quantize_int8_rows(w)
                 mod.weight.copy_(codes.float() * scales.bfloat16().float()[:, None])
@@ -75,7 +94,7 @@ def test_int4_quantization_reproduces_a_q4_1_grid_exactly():
     w = (q.view(8, 2, 32) * scale + lo).view(8, 64)
     codes, sz = quantize_int4_groups(w, 32)
     assert torch.equal(codes.float(), q)
-    assert torch.allclose(dequantize_int4_groups(codes, sz, 32), w, atol=1e-6)
+    assert torch.allclose(_dequantize_int4(codes, sz, 32), w, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["int4", "int8", "dense"])
@@ -85,7 +104,7 @@ def test_packed_linear_matches_its_dequantized_matmul(kind):
     lin = PackedLinear(w, kind=kind, act_dtype=torch.bfloat16)
     if kind == "int4":
         codes, sz = quantize_int4_groups(w, 32)
-        ref_w = dequantize_int4_groups(codes, sz.bfloat16(), 32)
+        ref_w = _dequantize_int4(codes, sz.bfloat16(), 32)
     elif kind == "int8":
         codes, scales = quantize_int8_rows(w)
         ref_w = codes.float() * scales.bfloat16().float()[:, None]
@@ -106,12 +125,14 @@ def test_dense_lean_forward_matches_transformers(target):
     lean = LeanDraftModel(target.model, **DENSE)
     ids = _ids(20, lean.vocab_size)
     ref = _hf_logits(target.model, ids)
-    lean.reset(4)  # small on purpose: the cache regrows
-    multi = lean.step(ids[:12], all_logits=True)
-    singles = torch.stack([lean.step([t]) for t in ids[12:]])
+    cache = PreallocatedCache(4)  # small on purpose: the cache regrows
+    multi = _feed(lean, ids[:12], cache)
+    singles = _one_by_one(lean, ids[12:], cache)
     assert torch.allclose(multi, ref[:12], atol=1e-5)
     assert torch.allclose(singles, ref[12:], atol=1e-5)
-    assert lean.length == 20 and lean.cache.capacity >= 20
+    assert cache.get_seq_length() == 20
+    last = lean(input_ids=torch.tensor([ids[:3]]), cache=PreallocatedCache(4), logits_to_keep=1).logits
+    assert last.shape == (1, 1, lean.vocab_size) and torch.allclose(last[0, -1], ref[2], atol=1e-5)
 
 
 @pytest.mark.parametrize("quant", ["int4", "int8"])
@@ -120,8 +141,7 @@ def test_quantized_lean_forward_matches_transformers_on_the_same_weights(target,
     ref_model = _dequantized_copy(target.model, quant)
     ids = _ids(16, lean.vocab_size, seed=2)
     ref = _hf_logits(ref_model, ids)
-    lean.reset(32)
-    got = torch.stack([lean.step([t]) for t in ids])
+    got = _one_by_one(lean, ids, PreallocatedCache(32))
     # bf16 activations into the packed matmuls: bf16-level differences, same ranking.
     assert (got - ref).abs().max() < 0.05 * ref.abs().max()
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9
@@ -130,69 +150,66 @@ def test_quantized_lean_forward_matches_transformers_on_the_same_weights(target,
 def test_crop_then_refeed_gives_the_same_logits(target):
     lean = LeanDraftModel(target.model, quant="int4")
     ids = _ids(12, lean.vocab_size, seed=3)
-    lean.reset(2)
-    first = torch.stack([lean.step([t]) for t in ids])  # one token at a time: the same kernels as below
-    lean.crop(5)
-    assert lean.length == 5
-    lean.step([1, 2, 3])  # stale positions, overwritten below
-    lean.crop(5)
-    again = torch.stack([lean.step([t]) for t in ids[5:]])
+    cache = PreallocatedCache(2)
+    first = _one_by_one(lean, ids, cache)  # one token at a time: the same kernels as below
+    crop_cache(cache, 5)
+    _feed(lean, [1, 2, 3], cache)  # stale positions, overwritten below
+    crop_cache(cache, 5)
+    again = _one_by_one(lean, ids[5:], cache)
     assert torch.equal(again, first[5:])
 
 
-def test_starting_from_the_target_cache_equals_prefilling(target):
+def test_drafting_over_the_target_cache_equals_prefilling(target):
+    """The engine's path: the draft attends over the target's own K/V (no prefill of its own)."""
     lean = LeanDraftModel(target.model, **DENSE)
     ids = _ids(18, lean.vocab_size, seed=4)
     cache = PreallocatedCache(32)
     with torch.inference_mode():
         target.model(input_ids=torch.tensor([ids[:15]]), cache=cache, use_cache=True)
-    assert lean.prefill_from_target_cache(cache, reserve=1) == 15
-    got = torch.stack([lean.step([t]) for t in ids[15:]])
+    got = _one_by_one(lean, ids[15:], cache)
     assert torch.allclose(got, _hf_logits(target.model, ids)[15:], atol=1e-5)
+    drafter = DraftModelDrafter(LoadedModel(lean, target.tokenizer, "lean"), target)
+    assert drafter.use_target_cache and next(lean.parameters()).dtype == torch.float32
 
 
-def test_kv_cache_rejects_a_foreign_layout():
-    cache = LeanKVCache(layers=2, kv_heads=2, head_dim=16, capacity=8)
-    with pytest.raises(ValueError, match="layers"):
-        cache.load_prefix([(torch.zeros(1, 2, 4, 16), torch.zeros(1, 2, 4, 16))])
-    with pytest.raises(ValueError, match="layout"):
-        cache.load_prefix([(torch.zeros(1, 3, 4, 16), torch.zeros(1, 3, 4, 16))] * 2)
+def test_a_draft_with_fewer_layers_keeps_a_cache_of_its_own(target):
+    lean = LeanDraftModel(target.model, **{**DENSE, "layers": 1})
+    assert lean.config.num_hidden_layers == 1
+    drafter = DraftModelDrafter(LoadedModel(lean, target.tokenizer, "lean:1"), target)
+    assert not drafter.use_target_cache and drafter.needs_prefill
+    with pytest.raises(ValueError, match="layers must be in 1..2"):
+        LeanDraftModel(target.model, layers=3)
 
 
 def test_trimmed_head_masks_the_ids_it_drops(target):
     lean = LeanDraftModel(target.model, **{**DENSE, "head_vocab": 40})
     full = LeanDraftModel(target.model, **DENSE)
     ids = _ids(6, lean.vocab_size, seed=5)
-    lean.reset(8), full.reset(8)
-    a, b = lean.step(ids), full.step(ids)
+    a, b = _feed(lean, ids, PreallocatedCache(8))[-1], _feed(full, ids, PreallocatedCache(8))[-1]
     assert torch.isinf(a[40:]).all() and torch.allclose(a[:40], b[:40], atol=1e-5)
+    with pytest.raises(ValueError, match="trimmed LM head"):
+        LeanDraftModel(target.model, head="int4", head_vocab=40)
 
 
-def test_transformers_facade_drives_a_preallocated_cache(target):
-    lm = LeanDraftLM(LeanDraftModel(target.model, **DENSE), target.model.generation_config)
-    ids = _ids(10, lm.config.vocab_size, seed=6)
-    cache = PreallocatedCache(4)
-    lm(input_ids=torch.tensor([ids[:7]]), cache=cache, use_cache=True)
-    out = lm(input_ids=torch.tensor([ids[7:]]), cache=cache, use_cache=True, logits_to_keep=1).logits
-    assert out.shape == (1, 1, lm.config.vocab_size)
-    assert torch.allclose(out[0, -1], _hf_logits(target.model, ids)[-1], atol=1e-5)
-    assert next(lm.parameters()).dtype == torch.float32
+def test_the_forward_refuses_a_batch_and_a_missing_cache(target):
+    lean = LeanDraftModel(target.model, **DENSE)
+    ids = _ids(4, lean.vocab_size, seed=6)
     with pytest.raises(ValueError, match="one sequence"):
-        lm(input_ids=torch.tensor([ids, ids]), cache=PreallocatedCache(4))
+        lean(input_ids=torch.tensor([ids, ids]), cache=PreallocatedCache(4))
+    with pytest.raises(ValueError, match="needs a KV cache"):
+        lean(input_ids=torch.tensor([ids]))
 
 
 def test_packed_weights_are_cached_on_disk(target, tmp_path, monkeypatch):
     first = build_lean_draft(target, tmp_path)
     files = list(tmp_path.glob("lean-draft-*.pt"))
     assert len(files) == 1
-    import decoding.lean_draft as ld
+    import decoding.lean_draft.quantize as quantize
 
-    monkeypatch.setattr(ld, "quantize_int4_groups", lambda *a, **k: pytest.fail("re-quantized"))
+    monkeypatch.setattr(quantize, "quantize_int4_groups", lambda *a, **k: pytest.fail("re-quantized"))
     second = build_lean_draft(target, tmp_path)
     ids = _ids(8, first.model.config.vocab_size, seed=7)
-    for lm in (first.model, second.model):
-        lm.lean.reset(8)
-    assert torch.equal(first.model.lean.step(ids), second.model.lean.step(ids))
+    assert torch.equal(_feed(first.model, ids, PreallocatedCache(8)), _feed(second.model, ids, PreallocatedCache(8)))
 
 
 def test_corrupt_cache_file_is_rebuilt(target, tmp_path):
@@ -200,8 +217,7 @@ def test_corrupt_cache_file_is_rebuilt(target, tmp_path):
     (path,) = tmp_path.glob("lean-draft-*.pt")
     path.write_bytes(b"not a checkpoint")
     draft = build_lean_draft(target, tmp_path)
-    draft.model.lean.reset(4)
-    assert draft.model.lean.step([1]).shape == (draft.model.config.vocab_size,)
+    assert _feed(draft.model, [1], PreallocatedCache(4)).shape == (1, draft.model.config.vocab_size)
 
 
 def test_calibration_reports_a_verdict_with_numbers(target):
@@ -210,8 +226,10 @@ def test_calibration_reports_a_verdict_with_numbers(target):
     result = measure_lean_draft(target.model, lean, prompt, answer_tokens=6, repeats=3)
     assert result.agreement == 1.0  # the dense lean copy is the target
     assert result.target_ms > 0 and result.draft_ms > 0 and result.context_tokens == 39
-    accept, reason = calibrate_lean_draft(target, lean, prompt, answer_tokens=4, repeats=3, min_ratio=1e9)
-    assert accept is False and "does not pay" in reason and "need >= 1000000000.0x" in reason
+    refused = measure_lean_draft(target.model, lean, prompt, answer_tokens=4, repeats=3, min_ratio=1e9)
+    assert refused.accept is False and "does not pay" in refused.reason and "need >= 1000000000.0x" in refused.reason
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        measure_lean_draft(target.model, lean, prompt[:1])
 
 
 def test_loader_builds_in_the_background_and_says_why_not(target, tmp_path):

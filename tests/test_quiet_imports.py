@@ -22,10 +22,10 @@ def test_quiet_torchao_restores_logger_levels_and_warnings():
     before = [logging.getLogger(n).level for n in NOISY_LOGGERS]
     with quiet_torchao():
         assert all(logging.getLogger(n).level == logging.ERROR for n in NOISY_LOGGERS)
-        warnings.warn("hidden")  # ignored inside
+        warnings.warn("hidden", stacklevel=2)  # ignored inside
     assert [logging.getLogger(n).level for n in NOISY_LOGGERS] == before
     with pytest.warns(UserWarning):
-        warnings.warn("shown again")
+        warnings.warn("shown again", stacklevel=2)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")
