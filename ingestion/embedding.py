@@ -84,8 +84,9 @@ class Embedder:
     @property
     def dimension(self) -> int:
         """Length of each embedding vector."""
-        dim = self.model.get_sentence_embedding_dimension() if hasattr(self.model, "get_sentence_embedding_dimension") \
-            else None
+        getter = getattr(self.model, "get_embedding_dimension", None) or \
+            getattr(self.model, "get_sentence_embedding_dimension", None)
+        dim = getter() if getter else None
         return int(dim) if dim else len(self.embed(["x"])[0])
 
     def embed_array(self, texts: list[str]) -> np.ndarray:

@@ -1,5 +1,11 @@
 """Bulk ingest: files -> documents -> chunks -> stores, idempotent and resumable.
 
+Phases, each a function of :class:`_Run`: **read** a file (:meth:`_Run.read`), **load** it into
+documents (:meth:`_Run.load`), **chunk** the changed ones into the write batch
+(:meth:`_Run.chunk`), **settle** what the file's entry stores and deletes (:meth:`_Run.settle`);
+full batches are **embedded and written** (:meth:`_Run.flush`). The **report** is the
+:class:`~ingestion.report.IngestReport` each phase fills in.
+
 For every file: read the bytes; if its SHA-256 and the settings match the fingerprint of
 its last complete ingest, it is ``unchanged`` without parsing. Otherwise it is decoded and
 parsed; each document whose content hash (and index signature) matches the manifest is
@@ -19,9 +25,9 @@ records (see :mod:`ingestion.loaders.base`) stores its good records and keeps ev
 document it no longer yields, even with ``prune=True`` (the bad record may be one of them).
 
 Only regular files are read: a named pipe, socket, device or broken symlink is reported
-``skipped`` and never opened (``os.stat`` first; the file is then opened non-blocking and
-checked again with ``fstat``). A symlink is ingested and reported under its own path; one
-whose target is also ingested in the same run is ``skipped`` as the same file.
+``skipped`` and never opened (see :mod:`ingestion.files`). A symlink is ingested and reported
+under its own path; one whose target is also ingested in the same run is ``skipped`` as the
+same file.
 """
 
 from __future__ import annotations
@@ -30,21 +36,29 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ingestion.embedding import Embedder
 from ingestion.errors import LoaderError, StoreError, StoreLockedError
-from ingestion.loaders import BINARY_EXTENSIONS, LoaderConfig, load_bytes
-from ingestion.report import (EXIT_CODES_HELP, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_STORE, EXIT_USAGE, FileReport,
-                              IngestReport)
+from ingestion.files import NotRegularFileError, common_root, discover_files, own_path, read_regular_file, source_name
+from ingestion.loaders import BINARY_EXTENSIONS, LoaderConfig, LoadResult, load_bytes
+from ingestion.progress import ProgressDisplay
+from ingestion.report import (
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_LOCKED,
+    EXIT_OK,
+    EXIT_STORE,
+    EXIT_USAGE,
+    FileReport,
+    IngestReport,
+)
 from ingestion.store import ChunkStore, DocumentWrite, StoreSettings, WriteBatch, open_store
-from ingestion.stores.manifest import FileRecord
+from ingestion.stores.manifest import DocumentRecord, FileRecord
 
 log = logging.getLogger(__name__)
 
@@ -64,173 +78,126 @@ class IngestProgress:
     elapsed_s: float
 
 
-def own_path(path: Path) -> Path:
-    """The absolute path of ``path`` itself: folders above it resolved, a symlink's own name kept."""
-    path = Path(path)
-    return Path(os.path.realpath(path.parent)) / path.name
+@dataclass(frozen=True)
+class _Parsed:
+    """A file read and loaded this run: its own absolute path, the SHA-256 of its bytes, its documents."""
+
+    source_abs: str
+    digest: str
+    result: LoadResult
 
 
-def discover_files(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
-    """Expand ``paths`` into directory entries to ingest (folders walked recursively, sorted,
-    hidden entries skipped, symlinked folders inside them not followed).
+class _Tracker:
+    """Counts files done and documents/chunks written; tells the display and ``on_progress``."""
 
-    Nothing is opened: named pipes, sockets, devices and broken symlinks are listed too (the
-    pipeline reports them ``skipped``).
+    def __init__(self, display: ProgressDisplay, on_progress: Callable[[IngestProgress], None] | None, total: int,
+                 started: float) -> None:
+        self.display = display
+        self.on_progress = on_progress
+        self.total = total
+        self.started = started
+        self.done = 0
+        self.docs_written = 0
+        self.chunks_written = 0
 
-    Returns:
-        (files, missing): entries in a stable order (each once, by its own absolute path),
-        and paths that do not exist.
-    """
-    files: list[Path] = []
-    missing: list[Path] = []
-    seen: set[Path] = set()
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            candidates = []
-            for dirpath, dirnames, filenames in os.walk(path):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                candidates.extend(Path(dirpath) / f for f in sorted(filenames) if not f.startswith("."))
-        elif os.path.lexists(path):  # a file, or something that is not one (reported, never opened)
-            candidates = [path]
-        else:
-            missing.append(path)
-            continue
-        for candidate in candidates:
-            key = own_path(candidate)
-            if key not in seen:
-                seen.add(key)
-                files.append(candidate)
-    return files, missing
+    def notify(self, current: str | None) -> None:
+        """Show that ``current`` (a source name; None after a batch) is being worked on."""
+        self.display.update(self.done, self.total, current, self.chunks_written)
+        if self.on_progress is not None:
+            self.on_progress(IngestProgress(self.done, self.total, current, self.docs_written, self.chunks_written,
+                                            time.perf_counter() - self.started))
 
+    def file_done(self, entry: FileReport) -> None:
+        """Count ``entry``'s file as done."""
+        self.done += 1
+        self.display.file_done(self.done, self.total, entry)
+        self.notify(entry.source)
 
-def common_root(paths: Sequence[Path]) -> Path:
-    """The deepest directory containing every path (a single directory is its own root, a file's root is its parent)."""
-    if not paths:
-        return Path.cwd()
-    dirs = [Path(p).resolve() if Path(p).is_dir() else own_path(Path(p)).parent for p in paths]
-    return Path(os.path.commonpath([str(d) for d in dirs]))
-
-
-def source_name(path: Path, root: Path) -> str:
-    """``path`` relative to ``root`` with forward slashes (the absolute path if outside ``root``).
-
-    A symlink is named by its own path, not its target's.
-    """
-    own = own_path(path)
-    try:
-        return own.relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return own.as_posix()
-
-
-_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
-
-
-def _not_regular(mode: int) -> str | None:
-    """Why a file with this ``st_mode`` is not read (None for a regular file)."""
-    if stat.S_ISREG(mode):
-        return None
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    return f"{kind}, not a regular file: never opened"
-
-
-def read_regular_file(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file (a symlink to one is fine), never opening anything else.
-
-    Raises:
-        NotRegularFileError: a named pipe, socket, device, folder or broken symlink (message: what it is).
-        OSError: the file cannot be read.
-    """
-    try:
-        st = os.stat(path)  # follows symlinks, opens nothing
-    except FileNotFoundError:
-        if os.path.islink(path):
-            raise NotRegularFileError(f"broken symlink to {os.readlink(path)!r}: never opened") from None
-        raise
-    reason = _not_regular(st.st_mode)
-    if reason:
-        raise NotRegularFileError(reason)
-    # O_NONBLOCK: should the path have been swapped for a FIFO since stat(), open() does not hang on it
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as handle:
-        reason = _not_regular(os.fstat(fd).st_mode)
-        if reason:
-            raise NotRegularFileError(reason)
-        return handle.read()
-
-
-class NotRegularFileError(OSError):
-    """The path is not a regular file (named pipe, socket, device, folder, broken symlink); it was not read."""
+    def wrote(self, documents: int, chunks: int) -> None:
+        """Count a written batch."""
+        self.docs_written += documents
+        self.chunks_written += chunks
+        self.notify(None)
 
 
 class _Run:
-    """State of one :func:`ingest_paths` call."""
+    """State of one :func:`ingest_paths` call: the store, the report, the open write batch."""
 
-    def __init__(self, store: ChunkStore, report: IngestReport, prune: bool, config: LoaderConfig,
-                 batch_chunks: int, notify: Callable[[str | None], None], *, prune_under: Path | None = None,
+    def __init__(self, store: ChunkStore, report: IngestReport, tracker: _Tracker, *, prune: bool,
+                 config: LoaderConfig, batch_chunks: int, prune_under: Path | None = None,
                  supersede_under: Path | None = None) -> None:
         self.store = store
+        self.report = report
+        self.tracker = tracker
+        self.prune = prune
+        self.config = config
+        self.batch_chunks = batch_chunks
         self.prune_under = prune_under
         self.supersede_under = Path(os.path.abspath(supersede_under)) if supersede_under is not None else None
         #: realpath of each file read this run -> its source, so a symlink to it is reported as the same file
         self.targets: dict[str, str] = {}
-        self.report = report
-        self.prune = prune
-        self.config = config
-        self.batch_chunks = batch_chunks
-        self.notify = notify
         self.batch = WriteBatch()
         self.settings_sig = hashlib.sha256(f"{store.index_signature}|{config.signature()}".encode()).hexdigest()[:16]
-        self.docs_written = 0
-        self.chunks_written = 0
-
-    def flush(self) -> None:
-        if self.batch.is_empty():
-            return
-        result = self.store.apply(self.batch)
-        self.report.embed_s += result.embed_s
-        self.docs_written += result.documents_written
-        self.chunks_written += result.chunks_written
-        log.debug("batch written: %d documents, %d chunks, %d deleted", result.documents_written,
-                  result.chunks_written, result.documents_deleted)
-        self.batch = WriteBatch()
-        self.notify(None)
 
     def process(self, path: Path, entry: FileReport) -> None:
-        source_abs = str(own_path(path))
+        """Ingest one file, filling in ``entry``: read -> load -> chunk -> settle (each phase may end it)."""
+        data = self.read(path, entry)
+        if data is None:
+            return
+        source_abs, digest = str(own_path(path)), hashlib.sha256(data).hexdigest()
+        known = self.store.manifest.get_file(source_abs)
+        if (known and known.sha256 == digest and known.settings_sig == self.settings_sig
+                and known.source == entry.source):
+            entry.status, entry.format = "unchanged", known.format
+            entry.documents, entry.chunks = known.n_documents, known.n_chunks
+            return
+        result = self.load(path, entry, data)
+        if result is None:
+            return
+        parsed = _Parsed(source_abs, digest, result)
+        existing = self.store.manifest.for_source(entry.source, source_abs)
+        if self._owned_elsewhere(entry, existing, source_abs):
+            return
+        superseded = [r.doc_id for r in existing if r.source != entry.source]
+        mine = {r.doc_id: r for r in existing if r.source == entry.source}
+        if not result.documents:
+            self._drop_empty(entry, result, list(mine), superseded)
+            return
+        n_chunks = self.chunk(entry, parsed, mine)
+        self.settle(entry, parsed, mine, superseded, n_chunks)
+
+    def read(self, path: Path, entry: FileReport) -> bytes | None:
+        """The file's bytes, or None with ``entry`` ``skipped`` (same file, not a regular one) or ``failed``."""
         target = os.path.realpath(path)
         if self.targets.get(target, entry.source) != entry.source:
             entry.status, entry.reason = "skipped", f"the same file as {self.targets[target]} (symlink)"
-            return
+            return None
         if path.suffix.lower() in BINARY_EXTENSIONS:  # reject without reading (archives can be huge)
             entry.status, entry.reason = "failed", f"binary file type {path.suffix.lower()!r} is not ingested"
-            return
+            return None
         try:
             data = read_regular_file(path)
         except NotRegularFileError as exc:
             entry.status, entry.reason = "skipped", str(exc)
-            return
+            return None
         except OSError as exc:
             entry.status, entry.reason = "failed", f"cannot read: {exc.strerror or exc}"
-            return
+            return None
         self.targets[target] = entry.source
-        digest = hashlib.sha256(data).hexdigest()
-        known = self.store.manifest.get_file(source_abs)
-        if known and known.sha256 == digest and known.settings_sig == self.settings_sig and known.source == entry.source:
-            entry.status, entry.format = "unchanged", known.format
-            entry.documents, entry.chunks = known.n_documents, known.n_chunks
-            return
+        return data
+
+    def load(self, path: Path, entry: FileReport, data: bytes) -> LoadResult | None:
+        """The file's documents (format, warnings and failed records noted in ``entry``), or None
+        with ``entry`` ``failed`` (the file cannot be parsed, or none of its records could)."""
         try:
             result = load_bytes(data, entry.source, name=path.name, config=self.config)
         except LoaderError as exc:
             entry.status, entry.reason = "failed", str(exc)
-            return
+            return None
         except Exception as exc:  # a loader bug must not stop the run
             log.exception("unexpected error loading %s", path)
             entry.status, entry.reason = "failed", f"unexpected {type(exc).__name__}: {exc}"
-            return
+            return None
         entry.format, entry.encoding, entry.warnings = result.format, result.encoding, list(result.warnings)
         failures = result.failures
         entry.failed_records = [{"where": f.where, "reason": f.reason} for f in failures]
@@ -238,52 +205,73 @@ class _Run:
             entry.status = "failed"
             entry.reason = (f"no record could be stored ({len(failures)} failed; first: {failures[0]}); "
                             "stored documents kept")
-            return
+            return None
         if failures:
             entry.warnings.append(f"{len(failures)} record(s) failed and were not stored (see failed_records); "
                                   "stored documents no longer in this file are kept")
-        existing = self.store.manifest.for_source(entry.source, source_abs)
-        # Another file that still exists owns this source name: refuse rather than overwrite it
-        # (unless it lies in a folder whose files newer ones replace, e.g. the API's uploads).
+        return result
+
+    def _owned_elsewhere(self, entry: FileReport, existing: list[DocumentRecord], source_abs: str) -> bool:
+        """True (``entry`` ``failed``) when another file that still exists owns this source name.
+
+        Refused rather than overwritten, unless that file lies in a folder whose files newer
+        ones replace (``supersede_under``, e.g. the API's uploads).
+        """
         owners = sorted({r.source_abs for r in existing if r.source == entry.source and r.source_abs
                          and r.source_abs != source_abs and Path(r.source_abs).exists()
                          and not (self.supersede_under and Path(r.source_abs).is_relative_to(self.supersede_under))})
-        if owners:
-            entry.status = "failed"
-            entry.reason = (f"source name {entry.source!r} is already stored from {owners[0]}; ingest both from a "
-                            "common parent folder so their names differ (or delete the stored documents first)")
-            return
-        superseded = [r.doc_id for r in existing if r.source != entry.source]
-        docs = result.documents
-        if not docs:
-            entry.status = "skipped-empty"
-            entry.reason = "empty or whitespace-only file" if result.format == "empty" else "no documents in file"
-            mine = [r.doc_id for r in existing if r.source == entry.source]
-            deletes = superseded + (mine if self.prune else [])
-            entry.kept_vanished = 0 if self.prune else len(mine)
-            if deletes:
-                self.batch.deletes.extend(deletes)
-                entry.deleted_documents = len(deletes)
-            return
-        by_id = {r.doc_id: r for r in existing if r.source == entry.source}
-        new_ids = {d.doc_id for d in docs}
-        vanished = [doc_id for doc_id in by_id if doc_id not in new_ids]
+        if not owners:
+            return False
+        entry.status = "failed"
+        entry.reason = (f"source name {entry.source!r} is already stored from {owners[0]}; ingest both from a "
+                        "common parent folder so their names differ (or delete the stored documents first)")
+        return True
+
+    def _drop_empty(self, entry: FileReport, result: LoadResult, mine: list[str], superseded: list[str]) -> None:
+        """A file without documents: ``skipped-empty``; its stored documents go with ``prune`` only."""
+        entry.status = "skipped-empty"
+        entry.reason = "empty or whitespace-only file" if result.format == "empty" else "no documents in file"
+        deletes = superseded + (mine if self.prune else [])
+        entry.kept_vanished = 0 if self.prune else len(mine)
+        if deletes:
+            self.batch.deletes.extend(deletes)
+            entry.deleted_documents = len(deletes)
+
+    def chunk(self, entry: FileReport, parsed: _Parsed, mine: dict[str, DocumentRecord]) -> int:
+        """Queue the chunks of each document that changed (flushing full batches); returns the file's chunk count.
+
+        A document whose content hash and index signature match the manifest is not chunked
+        again (only its new location is recorded when its file moved).
+        """
         sig = self.store.index_signature
         n_chunks = 0
-        for doc in docs:
-            rec = by_id.get(doc.doc_id)
+        for doc in parsed.result.documents:
+            rec = mine.get(doc.doc_id)
             if rec is not None and rec.content_hash == doc.content_hash and rec.index_sig == sig:
                 n_chunks += rec.n_chunks
-                if rec.source_abs != source_abs:  # same document, its file moved: record where it is now
-                    self.batch.relocate.append((doc.doc_id, source_abs))
+                if rec.source_abs != parsed.source_abs:  # same document, its file moved: record where it is now
+                    self.batch.relocate.append((doc.doc_id, parsed.source_abs))
                 continue
             chunks = self.store.chunk_document(doc)
-            self.batch.writes.append(DocumentWrite(doc, chunks, source_abs))
+            self.batch.writes.append(DocumentWrite(doc, chunks, parsed.source_abs))
             entry.written_documents += 1
             entry.written_chunks += len(chunks)
             n_chunks += len(chunks)
             if self.batch.n_chunks >= self.batch_chunks:
                 self.flush()
+        return n_chunks
+
+    def settle(self, entry: FileReport, parsed: _Parsed, mine: dict[str, DocumentRecord], superseded: list[str],
+               n_chunks: int) -> None:
+        """Queue the file's deletions and fingerprint, and give ``entry`` its final status and counts.
+
+        Documents that vanished from the file are deleted with ``prune`` when no record failed;
+        the fingerprint is recorded only when nothing was kept or failed (else parsed again next run).
+        """
+        result = parsed.result
+        failures = result.failures
+        new_ids = {d.doc_id for d in result.documents}
+        vanished = [doc_id for doc_id in mine if doc_id not in new_ids]
         prune_vanished = self.prune and not failures
         deletes = superseded + (vanished if prune_vanished else [])
         entry.kept_vanished = 0 if prune_vanished else len(vanished)
@@ -292,15 +280,27 @@ class _Run:
                                   "(run with --prune to delete them)")
         self.batch.deletes.extend(deletes)
         entry.deleted_documents = len(deletes)
-        entry.documents, entry.chunks = len(docs), n_chunks
+        entry.documents, entry.chunks = len(result.documents), n_chunks
         entry.status = "indexed" if entry.written_documents or deletes else "unchanged"
-        if not entry.kept_vanished and not failures:  # else parsed again next run (failures reported again)
-            self.batch.files.append(FileRecord(source_abs, entry.source, digest, self.settings_sig, len(docs),
-                                               n_chunks, result.format))
+        if not entry.kept_vanished and not failures:
+            self.batch.files.append(FileRecord(parsed.source_abs, entry.source, parsed.digest, self.settings_sig,
+                                               len(result.documents), n_chunks, result.format))
         if self.batch.n_chunks >= self.batch_chunks:
             self.flush()
 
+    def flush(self) -> None:
+        """Embed and write the open batch (crash-safe, see :meth:`ChunkStore.apply`), then start a new one."""
+        if self.batch.is_empty():
+            return
+        result = self.store.apply(self.batch)
+        self.report.embed_s += result.embed_s
+        log.debug("batch written: %d documents, %d chunks, %d deleted", result.documents_written,
+                  result.chunks_written, result.documents_deleted)
+        self.batch = WriteBatch()
+        self.tracker.wrote(result.documents_written, result.chunks_written)
+
     def prune_missing(self) -> None:
+        """Queue the deletion of documents whose source file is gone (under ``prune_under``), and forget those files."""
         self.flush()  # documents relocated or rewritten this run must not look gone
         gone = self.store.prunable_documents(under=self.prune_under)
         if gone:
@@ -310,37 +310,6 @@ class _Run:
         scope = Path(os.path.abspath(self.prune_under)) if self.prune_under is not None else None
         self.batch.forget_files.extend(p for p in self.store.manifest.all_files() if not os.path.exists(p)
                                        and (scope is None or Path(p).is_relative_to(scope)))
-
-
-class _Display:
-    """Rich progress bar on a terminal, plain log lines otherwise."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.progress: Any = None
-        self.task: Any = None
-        if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]ingest[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[chunks]} chunks written"), TimeElapsedColumn(), transient=False,
-            )
-            self.task = self.progress.add_task("", total=total, chunks=0)
-            self.progress.start()
-
-    def update(self, done: int, total: int, current: str | None, chunks: int) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=done, description=current or "", chunks=chunks)
-
-    def file_done(self, done: int, total: int, entry: FileReport) -> None:
-        if self.progress is None:
-            extra = f" ({entry.reason})" if entry.reason else ""
-            log.info("[%d/%d] %s: %s, %d documents, %d chunks, %d written%s", done, total, entry.source,
-                     entry.status, entry.documents, entry.chunks, entry.written_chunks, extra)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
 
 
 def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, progress: bool | None = None,
@@ -374,45 +343,20 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
     """
     started = time.perf_counter()
     report = IngestReport()
-    config = loader_config or LoaderConfig()
     paths = [Path(p) for p in paths]
     root = Path(root) if root is not None else common_root([p for p in paths if p.exists()] or paths)
-    use_bar = sys.stderr.isatty() if progress is None else progress
     with store.ingest_lock():
         report.recovered_documents = len(store.recover())
         files, missing = discover_files(paths)
         for path in missing:
             report.files.append(FileReport(path=str(path), source=source_name(path, root), status="failed",
                                            reason="no such file or directory"))
-        total = len(files)
-        display = _Display(use_bar, total)
-        done = 0
-        state: _Run
-
-        def notify(current: str | None) -> None:
-            display.update(done, total, current, state.chunks_written)
-            if on_progress is not None:
-                on_progress(IngestProgress(done, total, current, state.docs_written, state.chunks_written,
-                                           time.perf_counter() - started))
-
-        state = _Run(store, report, prune, config, batch_chunks, notify, prune_under=prune_under,
-                     supersede_under=supersede_under)
-        # a symlink whose target is also ingested in this run is that file: name it by the file's own path
-        for path in files:
-            if not os.path.islink(path):
-                state.targets.setdefault(os.path.realpath(path), source_name(path, root))
+        display = ProgressDisplay(sys.stderr.isatty() if progress is None else progress, len(files))
+        run = _Run(store, report, _Tracker(display, on_progress, len(files), started), prune=prune,
+                   config=loader_config or LoaderConfig(), batch_chunks=batch_chunks, prune_under=prune_under,
+                   supersede_under=supersede_under)
         try:
-            for path in files:
-                entry = FileReport(path=str(path), source=source_name(path, root))
-                report.files.append(entry)
-                notify(entry.source)
-                state.process(path, entry)
-                done += 1
-                display.file_done(done, total, entry)
-                notify(entry.source)
-            if prune:
-                state.prune_missing()
-            state.flush()
+            _ingest_files(run, files, root)
         except StoreError as exc:
             report.error = str(exc)
             exc.report = report  # type: ignore[attr-defined]
@@ -423,6 +367,23 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
     log.info("ingest done in %.1f s: %s; %d chunks written (%.1f chunks/s), %d documents deleted",
              report.elapsed_s, report.counts, report.chunks_written, report.chunks_per_s, report.documents_deleted)
     return report
+
+
+def _ingest_files(run: _Run, files: list[Path], root: Path) -> None:
+    """Every file through :meth:`_Run.process`, then pruning (with ``prune``) and the last write."""
+    # a symlink whose target is also ingested in this run is that file: name it by the file's own path
+    for path in files:
+        if not os.path.islink(path):
+            run.targets.setdefault(os.path.realpath(path), source_name(path, root))
+    for path in files:
+        entry = FileReport(path=str(path), source=source_name(path, root))
+        run.report.files.append(entry)
+        run.tracker.notify(entry.source)
+        run.process(path, entry)
+        run.tracker.file_done(entry)
+    if run.prune:
+        run.prune_missing()
+    run.flush()
 
 
 def write_report(report: IngestReport, path: Path) -> None:

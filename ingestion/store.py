@@ -401,7 +401,8 @@ class ChunkStore:
                 "n_chunks": rec.n_chunks}
 
     def list_documents(self, offset: int = 0, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
-        """A page of documents (doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts) and the total."""
+        """A page of documents (doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts)
+        and the total."""
         return self.manifest.page(max(0, offset), max(0, limit))
 
     def count_chunks(self) -> int:
@@ -468,4 +469,5 @@ def open_store(settings: StoreSettings, *, embedder: Embedder | None = None,
 
         embedder = embedding.Embedder(settings.embedding_model)
     return ChunkStore(Path(settings.data_dir), chroma_url=settings.chroma_url or None,
-                      database_url=settings.database_url or None, collection=settings.collection, embedder=embedder, max_chunk_tokens=max_chunk_tokens)
+                      database_url=settings.database_url or None, collection=settings.collection, embedder=embedder,
+                      max_chunk_tokens=max_chunk_tokens)

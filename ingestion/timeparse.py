@@ -2,6 +2,7 @@
 
 Accepted: ISO 8601 (``2026-01-20T06:04:11.000+0100``, ``2026-01-20 06:04``, dates),
 RFC 2822 (ELOG ``Mon, 12 Jan 2026 08:14:03 +0100``), ``20/01/2026 06:04`` (day first),
+Jira's export format ``01/Mar/24 10:15 AM`` (``dd/MMM/yy h:mm a``; English month names),
 epoch seconds / milliseconds (int or digit string), and datetime/date objects (YAML).
 Naive times are read in the loader's default time zone (UTC unless configured).
 """
@@ -15,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 _DAY_FIRST = ("%d/%m/%Y %H:%M:%S", "%d/%m/%Y %H:%M", "%d/%m/%Y", "%d.%m.%Y %H:%M:%S", "%d.%m.%Y %H:%M", "%d.%m.%Y")
 _EXTRA = ("%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M", "%Y/%m/%d")
+_JIRA = ("%d/%b/%y %I:%M %p", "%d/%b/%Y %I:%M %p", "%d/%b/%y %H:%M", "%d/%b/%y")
 
 
 def get_tz(name: str | None) -> dt.tzinfo:
@@ -61,7 +63,7 @@ def parse_timestamp(value: object, default_tz: dt.tzinfo = dt.timezone.utc) -> d
         except (TypeError, ValueError, IndexError):
             parsed = None
     if parsed is None:
-        for fmt in _DAY_FIRST + _EXTRA:
+        for fmt in _DAY_FIRST + _EXTRA + _JIRA:
             try:
                 parsed = dt.datetime.strptime(text, fmt)
                 break

@@ -90,7 +90,7 @@ def test_server_side_path_ingest_job(env):
     ("mixed", 403, "symlinks that lead outside"),
     ("dangling", 403, "dangling symlink"),
     ("no/such/folder", 404, "no such file"),
-    ("empty", 422, "no files"),
+    ("empty", 400, "no files"),
     ("a" * 4000, 400, "unusable path"),
 ])
 def test_server_side_paths_that_escape_are_rejected(env, path, status, reason):
@@ -107,11 +107,11 @@ def test_outside_absolute_path_and_bad_bodies(env):
     r = client.post("/v1/ingest", json={"path": str(outside)}, headers=KEY)
     assert r.status_code == 403
     r = client.post("/v1/ingest", json={"path": "tickets", "surprise": 1}, headers=KEY)
-    assert r.status_code == 422 and r.json()["detail"]
+    assert r.status_code == 400 and r.json()["detail"]
     r = client.post("/v1/ingest", json={"path": ""}, headers=KEY)
-    assert r.status_code == 422
+    assert r.status_code == 400
     r = client.post("/v1/ingest", content=b"{not json", headers={**KEY, "content-type": "application/json"})
-    assert r.status_code == 422
+    assert r.status_code == 400
     r = client.post("/v1/ingest", content=b"tickets", headers={**KEY, "content-type": "text/plain"})
     assert r.status_code == 415 and "multipart" in r.json()["detail"]
     r = client.get("/v1/ingest/0123456789abcdef", headers=KEY)
@@ -142,11 +142,11 @@ def test_upload_ingest_job(env):
 
 
 @pytest.mark.parametrize("files,data,status,reason", [
-    ([("files", (".hidden.log", b"x"))], {}, 422, "hidden"),
-    ([("files", ("a.log", b"x")), ("files", ("a.log", b"y"))], {}, 422, "duplicate"),
+    ([("files", (".hidden.log", b"x"))], {}, 400, "hidden"),
+    ([("files", ("a.log", b"x")), ("files", ("a.log", b"y"))], {}, 400, "duplicate"),
     ([("files", ("a.log", b"x"))], {"folder": "../up"}, 400, "folder"),
     ([("files", ("a.log", b"x"))], {"folder": "/abs"}, 400, "folder"),
-    ([], {"folder": "x"}, 422, "no files"),
+    ([], {"folder": "x"}, 400, "no files"),
 ])
 def test_bad_uploads_are_rejected_and_leave_nothing(env, files, data, status, reason):
     client, settings, store, root, _ = env
@@ -183,9 +183,9 @@ def test_documents_paging(env):
         seen += [d["doc_id"] for d in page["documents"]]
     assert len(seen) == total == len(set(seen))
     assert client.get(f"/v1/documents?offset={total}", headers=KEY).json()["documents"] == []
-    assert client.get("/v1/documents?limit=0", headers=KEY).status_code == 422
-    assert client.get("/v1/documents?limit=1001", headers=KEY).status_code == 422
-    assert client.get("/v1/documents?offset=-1", headers=KEY).status_code == 422
+    assert client.get("/v1/documents?limit=0", headers=KEY).status_code == 400
+    assert client.get("/v1/documents?limit=1001", headers=KEY).status_code == 400
+    assert client.get("/v1/documents?offset=-1", headers=KEY).status_code == 400
     doc = next(d for d in client.get("/v1/documents?limit=1000", headers=KEY).json()["documents"]
                if d["doc_id"] == "jira_export.json#OPS-101")
     assert doc["doc_type"] == "jira" and doc["key"] == "OPS-101" and doc["created"].startswith("2026-01-12")

@@ -56,7 +56,8 @@ def test_elog_entries_headers_replies_and_html():
 
 def test_elog_latin1_is_decoded_not_dropped():
     raw = ("$@MID@$: 7\nDate: Thu, 08 Jan 2026 03:17:44 +0100\nAuthor: Jürgen Müller\nSubject: Kühlungsalarm "
-           "Salle B - côté nord\nEncoding: plain\n" + "=" * 40 + "\nTempérature 27°C, Hochdruckstörung.\n").encode("latin-1")
+           "Salle B - côté nord\nEncoding: plain\n" + "=" * 40
+           + "\nTempérature 27°C, Hochdruckstörung.\n").encode("latin-1")
     with pytest.raises(UnicodeDecodeError):
         raw.decode("utf-8")
     result = load_bytes(raw, "logbooks/facility.elog")
@@ -183,8 +184,9 @@ def test_csv_custom_mapping_semicolons_and_extra_columns():
     assert doc.doc_id == "t.csv#INC-9" and doc.metadata["title"] == "Tape; robot stuck"
     assert doc.metadata["priority"] == "high" and doc.metadata["updated"] is None
     assert "line1\nline2" in doc.text
-    with pytest.raises(ParseError, match="no ticket id column"):
-        load_bytes(raw, "t.csv")
+    (unmapped,) = load_bytes(raw, "t.csv").documents  # without the mapping: "Ticket-ID" is an obvious id column
+    assert unmapped.doc_id == "t.csv#INC-9" and unmapped.metadata["status"] == "open"
+    assert unmapped.metadata["betreff"] == "Tape; robot stuck"
 
 
 # -- JSONL / text / detection -----------------------------------------------------------------

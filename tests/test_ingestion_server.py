@@ -42,7 +42,8 @@ def chroma_server(tmp_path):
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"chroma run exited with {proc.returncode}: {(tmp_path / 'chroma.log').read_text()[-2000:]}")
+                pytest.fail(f"chroma run exited with {proc.returncode}: "
+                            f"{(tmp_path / 'chroma.log').read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=2) as resp:
                     if resp.status == 200:

@@ -122,7 +122,8 @@ def test_dense_and_lexical_search_with_filters(corpus_run):
     assert {h.chunk.doc_id for h in store.dense_search("pool", 10, flt)} == {"logbooks/ops.elog#41"}
     assert {h.chunk.doc_id for h in store.lexical_search("pool", 10, flt)} == {"logbooks/ops.elog#41"}
     feb4 = SearchFilter(since_ts=1770159600, until_ts=1770245999)  # 2026-02-04 00:00 .. 23:59:59 +01:00
-    for hits in (store.dense_search("problem", 20, feb4), store.lexical_search("the OR host OR BGP OR arc02", 20, feb4)):
+    for hits in (store.dense_search("problem", 20, feb4),
+                 store.lexical_search("the OR host OR BGP OR arc02", 20, feb4)):
         assert hits and {h.chunk.doc_id for h in hits} <= {"logbooks/ops.elog#43", "tickets/jira.json#OPS-108"}
     # both searches return the same canonical chunk objects
     d = {h.chunk.chunk_id: h.chunk for h in store.dense_search("BGP session flap", 3)}
@@ -268,7 +269,8 @@ def test_vanished_entries_and_files_need_prune(hash_store, tmp_path):
     src = copy_corpus(tmp_path / "c")
     ingest_paths([src], hash_store, progress=False)
     n_docs = hash_store.count_documents()
-    (src / "tickets" / "ggus.csv").write_text((CORPUS / "tickets/ggus.csv").read_text().split("\nGGUS-170002")[0] + "\n")
+    (src / "tickets" / "ggus.csv").write_text(
+        (CORPUS / "tickets/ggus.csv").read_text().split("\nGGUS-170002")[0] + "\n")
     (src / "misc" / "notes.txt").unlink()
     report = ingest_paths([src], hash_store, progress=False)
     ggus = next(f for f in report.files if f.source == "tickets/ggus.csv")

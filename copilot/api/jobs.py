@@ -12,24 +12,16 @@ the start converges to the state of one clean run.
 Server-side paths must lie under the configured ingest root: ``..``, absolute paths
 elsewhere and symlinks that lead out are refused with a reason.
 
-Uploads have a stable home: an uploaded file lives at ``data_dir/uploads/<folder>/<name>``
-and its documents' source is ``<folder>/<name>``, whichever job brought it. The request
-stages the files under ``uploads/.incoming/<job-id>/``; when the job runs (jobs run in
-submission order) they replace the files at their home and are ingested from there. So
-uploading a file again under the same name and folder replaces its documents when it
-changed and reports ``unchanged`` when not; with ``prune``, the other files of that upload
-folder (its files, not its sub-folders) are removed and their documents deleted. The files
-stay: they are the documents' source files, which the fingerprints and pruning check.
-Documents stored from an older layout (``uploads/<job-id>/...``) are replaced by a new
-upload of the same name. Replicas that accept uploads and resume each other's jobs must
-share the uploads folder (a shared volume), as they share the store.
+Uploads are staged by the request and installed when their job runs (jobs run in submission
+order), by :class:`ingestion.uploads.UploadArea`, which also says where they live and what
+``prune`` removes. Documents stored from an older layout (``uploads/<job-id>/...``) are
+replaced by a new upload of the same name. Replicas that accept uploads and resume each
+other's jobs must share the uploads folder (a shared volume), as they share the store.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import threading
 import time
 import uuid
@@ -37,14 +29,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, Callable, Literal
+from typing import Any, Callable, Literal
 
 from copilot.api.schemas import IngestJobOut, IngestProgressOut
 from ingestion.errors import IngestError
-from ingestion.pipeline import IngestProgress, discover_files, ingest_paths
+from ingestion.files import discover_files
+from ingestion.pipeline import IngestProgress, ingest_paths
 from ingestion.report import FileReport
 from ingestion.store import ChunkStore
 from ingestion.stores.job_table import JobRow, JobTable
+from ingestion.uploads import UploadArea
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +48,7 @@ PROGRESS_SAVE_S = 1.0
 
 
 class PathRejectedError(ValueError):
-    """A requested ingest path or upload name is not allowed; ``status`` is the HTTP code to answer."""
+    """A requested ingest path or job request is refused; ``status`` is the HTTP code to answer."""
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
@@ -109,37 +103,6 @@ def resolve_ingest_path(raw: str, root: Path | None) -> tuple[Path, list[Path]]:
     if not files:
         raise PathRejectedError(422, f"no files to ingest under {raw!r} (hidden entries are skipped)")
     return (path if path.is_dir() else path.parent), files
-
-
-# -- uploads --------------------------------------------------------------------------------------
-def safe_upload_name(filename: str | None) -> str:
-    """The base name of an uploaded file, checked.
-
-    Raises:
-        PathRejectedError: 422 for a missing, hidden, over-long or control-character name.
-    """
-    name = PurePosixPath((filename or "").replace("\\", "/")).name
-    if not name or name in (".", ".."):
-        raise PathRejectedError(422, f"upload has no usable file name: {filename!r}")
-    if name.startswith("."):
-        raise PathRejectedError(422, f"hidden file names are not ingested: {name!r}")
-    if len(name.encode()) > 255 or any(ord(c) < 32 or c == "\x7f" for c in name):
-        raise PathRejectedError(422, f"invalid file name: {filename!r}")
-    return name
-
-
-def safe_folder(folder: str | None) -> PurePosixPath:
-    """A relative folder for uploaded files' sources (``tickets`` → ``tickets/export.json``).
-
-    Raises:
-        PathRejectedError: 400 for absolute paths, ``..`` or hidden components.
-    """
-    if not folder:
-        return PurePosixPath()
-    p = PurePosixPath(folder.replace("\\", "/"))
-    if p.is_absolute() or any(part in ("..", "") or part.startswith(".") for part in p.parts) or "\x00" in folder:
-        raise PathRejectedError(400, f"folder must be a relative path without '..' or hidden parts: {folder!r}")
-    return p
 
 
 # -- jobs -----------------------------------------------------------------------------------------
@@ -215,8 +178,8 @@ class IngestJobManager:
 
     Args:
         store: the chunk store to write to (its database also keeps the jobs).
-        uploads_dir: where uploaded files live (``<uploads_dir>/<folder>/<name>``; staged in
-            ``<uploads_dir>/.incoming/<job-id>/`` until their job runs).
+        uploads_dir: where uploaded files live (see :class:`ingestion.uploads.UploadArea`; a job's
+            files are staged under its id until it runs).
         replica_id: names this replica as the owner of the jobs it runs; stable across restarts
             (its jobs still marked active when it starts are marked ``interrupted``).
         lease_s: a job whose replica sent no heartbeat for this long (seconds) is ``interrupted``.
@@ -228,7 +191,7 @@ class IngestJobManager:
     def __init__(self, store: ChunkStore, uploads_dir: Path, *, replica_id: str, lease_s: float = 30.0,
                  max_pending: int = 16, keep: int = 200, on_finish: Callable[[IngestJob], None] | None = None) -> None:
         self.store = store
-        self.uploads_dir = Path(uploads_dir)
+        self.uploads = UploadArea(uploads_dir)
         self.replica_id = replica_id
         self.max_pending = max_pending
         self.keep = keep
@@ -283,110 +246,6 @@ class IngestJobManager:
         model = job.to_model()
         self.table.save(job.id, model.status, self.replica_id, model.created.timestamp(), job.request(),
                         model.model_dump(mode="json"))
-
-    @property
-    def incoming_dir(self) -> Path:
-        """``uploads_dir/.incoming``: staged uploads of jobs not yet run (hidden: never ingested as such)."""
-        return self.uploads_dir / ".incoming"
-
-    def staging_dir(self, job_id: str) -> Path:
-        """``uploads_dir/.incoming/<job_id>`` (not created)."""
-        return self.incoming_dir / job_id
-
-    def save_uploads(self, job_id: str, uploads: list[tuple[str, BinaryIO]], folder: PurePosixPath) -> list[Path]:
-        """Stage uploaded files (already size-checked) for their job; they move to
-        ``uploads_dir/<folder>/<name>`` when it runs.
-
-        Returns:
-            The staged paths (``staging_dir(job_id)/<folder>/<name>``).
-        Raises:
-            PathRejectedError: 422 for a bad or duplicate file name; 409 when the folder
-                crosses an uploaded file or a name is an upload folder; 400 when the
-                filesystem refuses the path (nothing is kept then).
-        """
-        names = [safe_upload_name(n) for n, _ in uploads]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise PathRejectedError(422, f"duplicate file names in one upload: {', '.join(dupes)}")
-        self._check_home(folder, names)
-        target = self.staging_dir(job_id) / folder
-        paths = []
-        try:
-            target.mkdir(parents=True, exist_ok=False)
-            for name, (_, handle) in zip(names, uploads):
-                path = target / name
-                with open(path, "wb") as out:
-                    shutil.copyfileobj(handle, out, 1 << 20)
-                paths.append(path)
-        except OSError as exc:  # e.g. a folder name too long for the filesystem
-            self.discard_uploads(job_id)
-            raise PathRejectedError(400, f"cannot store the upload under {str(folder)[:80]!r}: "
-                                         f"{exc.strerror or exc}") from exc
-        except BaseException:
-            self.discard_uploads(job_id)
-            raise
-        return paths
-
-    def _check_home(self, folder: PurePosixPath, names: list[str]) -> None:
-        """Refuse (409) a folder that crosses an uploaded file, or a name that is an upload folder."""
-        home = self.uploads_dir
-        for part in folder.parts:
-            home = home / part
-            if os.path.lexists(home) and not home.is_dir():
-                raise PathRejectedError(409, f"upload folder {str(folder)!r} crosses the uploaded file "
-                                             f"{home.relative_to(self.uploads_dir).as_posix()!r}")
-        for name in names:
-            if (home / name).is_dir():
-                raise PathRejectedError(409, f"{(folder / name).as_posix()!r} is an upload folder, not a file; "
-                                             "upload the file under another name or folder")
-
-    def discard_uploads(self, job_id: str) -> None:
-        """Remove a job's staged uploads (when the request failed before the job started, or once installed)."""
-        shutil.rmtree(self.staging_dir(job_id), ignore_errors=True)
-        try:
-            self.incoming_dir.rmdir()  # only when empty
-        except OSError:
-            pass
-
-    def _install_uploads(self, job: IngestJob) -> tuple[list[Path], list[FileReport]]:
-        """Move a job's staged files to their home; with ``prune``, remove the upload folder's other files.
-
-        Returns:
-            (the installed paths, ``failed`` report entries for files that could not be moved).
-        """
-        installed: list[Path] = []
-        failed: list[FileReport] = []
-        for staged in job.files:
-            rel = staged.relative_to(job.root)
-            home = self.uploads_dir / rel
-            if not os.path.lexists(staged) and home.is_file():  # moved before the job was interrupted
-                installed.append(home)
-                continue
-            try:
-                home.parent.mkdir(parents=True, exist_ok=True)
-                if home.is_dir() and not home.is_symlink():
-                    raise IsADirectoryError(21, "an upload folder has this name")
-                os.replace(staged, home)
-            except OSError as exc:
-                failed.append(FileReport(path=str(home), source=rel.as_posix(), status="failed",
-                                         reason=f"cannot store the upload: {exc.strerror or exc}"))
-                continue
-            installed.append(home)
-        self.discard_uploads(job.id)
-        if job.prune:
-            folder = self.uploads_dir / (job.folder or PurePosixPath())
-            keep = {p.name for p in installed} | {Path(f.path).name for f in failed}
-            for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
-                if entry.name.startswith(".") or entry.name in keep or entry.is_dir():
-                    continue
-                try:
-                    entry.unlink()  # a file (or link, pipe ...) of this upload folder no longer uploaded
-                    log.info("ingest job %s: removed %s from upload folder %s (prune)", job.id, entry.name, folder)
-                except OSError as exc:
-                    with job.lock:
-                        job.warnings.append(f"could not remove {entry.name} from the upload folder: "
-                                            f"{exc.strerror or exc}")
-        return installed, failed
 
     def submit(self, job: IngestJob) -> IngestJob:
         """Queue ``job`` on this replica (and keep it in the store).
@@ -478,13 +337,15 @@ class IngestJobManager:
     def _prepare(self, job: IngestJob) -> tuple[list[Path], list[FileReport], Path | None, Path | None]:
         """(files to ingest, failed install entries, prune scope, supersede folder) for a job about to run."""
         if job.kind == "upload":
-            if job.root == self.staging_dir(job.id):
-                files, install_failures = self._install_uploads(job)
+            if job.root == self.uploads.staging_dir(job.id):
+                installed = self.uploads.install(job.id, job.files, job.folder, prune=job.prune)
+                files, install_failures = installed.paths, installed.failed
                 with job.lock:
-                    job.files, job.root = files + [Path(f.path) for f in install_failures], self.uploads_dir
+                    job.files, job.root = files + [Path(f.path) for f in install_failures], self.uploads.root
+                    job.warnings.extend(installed.warnings)
             else:  # resumed after its files were installed
                 files, install_failures = [f for f in job.files if f.is_file()], []
-            return files, install_failures, self.uploads_dir / (job.folder or PurePosixPath()), self.uploads_dir
+            return files, install_failures, self.uploads.folder_dir(job.folder), self.uploads.root
         root_real = job.root.resolve()
         files = []
         for f in job.files:  # re-check: a file may have been swapped for a symlink since the request

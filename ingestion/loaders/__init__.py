@@ -5,7 +5,8 @@ Detection (first match wins):
 1. known binary extensions (``.pdf .png .gz .zip`` ...) and undecodable bytes -> rejected;
 2. content: first non-blank line ``$@MID@$: N`` -> ELOG (any extension);
 3. extension: ``.md``/``.markdown`` -> Markdown, ``.json`` -> JSON (Jira search result or a
-   list of ``{id, text}`` records), ``.jsonl``/``.ndjson`` -> JSON Lines, ``.csv``/``.tsv`` -> CSV tickets;
+   list of ``{id, text}`` records), ``.jsonl``/``.ndjson`` -> JSON Lines, ``.csv``/``.tsv`` -> CSV
+   tickets (Jira's own CSV export among them);
 4. content: JSON text, YAML front matter, mostly time-stamped lines -> shift log;
 5. otherwise plain text.
 

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 #: Bumped when a loader change alters the documents it builds, so every file is parsed again
 #: once (documents whose content did not change are still not re-embedded).
-LOADER_VERSION = "2"
+LOADER_VERSION = "3"
 
 #: Default CSV ticket columns: logical field -> column header in the export.
 DEFAULT_CSV_COLUMNS: dict[str, str] = {
@@ -51,7 +51,9 @@ class LoaderConfig:
         csv_columns: logical field -> CSV column header. Logical fields: ``ticket_id``
             (required), ``site``, ``subject``, ``status``, ``opened``, ``updated``,
             ``description``, optionally ``author``, ``labels``. Unmapped columns are kept
-            as metadata.
+            as metadata. A field left at its default header that the file lacks is read from
+            an obvious column instead (``id``, ``key``, ``title`` ...; see
+            :mod:`ingestion.loaders.csv_tickets`).
         default_timezone: IANA zone for naive timestamps (shift logs, CSV exports).
         shift_starts: shift start times ``HH:MM`` and names, used to group shift-log
             lines when the file has no ``=== Shift ... ===`` header lines.

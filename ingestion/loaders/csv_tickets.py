@@ -1,117 +1,127 @@
-"""CSV ticket exports (GGUS-style), one document per row.
+"""CSV ticket exports, one document per row: GGUS-style and generic CSVs, and Jira's own CSV export.
 
-The column mapping is configurable (:attr:`LoaderConfig.csv_columns`; default headers
-``ticket_id,site,subject,status,opened,updated,description``). Headers match
-case-insensitively. The delimiter is the one among ``, ; TAB |`` whose header row holds
-the ticket-id column (the stdlib sniffer's guess is tried first; it fails on some valid
-files, e.g. ``;``-separated with CRLF line ends and quoted fields). Quoted multi-line
-fields are handled by the stdlib ``csv`` module, and fields of any size are kept (the
-module's 128 KiB field limit is raised; long descriptions are chunked downstream).
-Unmapped columns are kept as metadata. A row with an empty or blank ticket id, or one
-the ``csv`` module cannot read, fails alone (``line N``, the row's first line; see
-:mod:`ingestion.loaders.base`).
+The file is read by :class:`ingestion.loaders.csv_table.CsvTable` (standard quoting, the
+delimiter among ``, ; TAB |``; a row of the wrong width is a failed record). A header with
+``Issue key`` and ``Summary`` is Jira's "Export → CSV" and goes to
+:mod:`ingestion.loaders.jira_csv`, unless the column mapping names the ticket-id column.
+
+Columns: the mapping (:attr:`LoaderConfig.csv_columns`; default headers
+``ticket_id,site,subject,status,opened,updated,description``) names the column of each
+logical field; headers match case-insensitively. A field whose column is the default one and
+absent from the file takes the first of its :data:`OBVIOUS_COLUMNS` the header has (compared
+lower case with runs of other characters as one space: ``Ticket-ID`` is ``ticket id``), so a
+CSV with an ``id``, ``key``, ``ticket`` or ``number`` column needs no mapping. A mapping set
+explicitly always wins. Unmapped columns are kept as metadata. A row with an empty or blank
+ticket id fails alone (``line N``, the row's first line; see :mod:`ingestion.loaders.base`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
+import logging
 import re
 
 from ingestion.errors import ParseError, RecordError
-from ingestion.loaders.base import DocumentBuilder, LoaderConfig, LoadResult, as_str_list, clean_str
+from ingestion.loaders import jira_csv
+from ingestion.loaders.base import (
+    DEFAULT_CSV_COLUMNS,
+    DocumentBuilder,
+    LoaderConfig,
+    LoadResult,
+    as_str_list,
+    clean_str,
+)
+from ingestion.loaders.csv_table import CsvRecord, CsvTable, header_key
 from ingestion.timeparse import time_fields
 
-_DELIMITERS = ",;\t|"
-#: Largest field the csv module accepts here (characters); its default is 131,072.
-FIELD_SIZE_LIMIT = 2**31 - 1
+log = logging.getLogger(__name__)
 
-
-def _header_cells(sample: str, dialect: type[csv.Dialect] | csv.Dialect) -> set[str]:
-    try:
-        return {c.strip().lower() for c in next(csv.reader(io.StringIO(sample, newline=""), dialect))}
-    except (csv.Error, StopIteration):
-        return set()
-
-
-def _dialect(text: str, id_column: str) -> type[csv.Dialect] | csv.Dialect:
-    """The dialect whose header row holds ``id_column`` (excel, i.e. comma, when none does)."""
-    sample = text[:65536]
-    candidates: list[type[csv.Dialect] | csv.Dialect] = []
-    try:
-        candidates.append(csv.Sniffer().sniff(sample.replace("\r\n", "\n"), delimiters=_DELIMITERS))
-    except csv.Error:
-        pass
-    for delimiter in _DELIMITERS:
-        candidates.append(type(f"excel_{ord(delimiter)}", (csv.excel,), {"delimiter": delimiter}))
-    for dialect in candidates:
-        if id_column.lower() in _header_cells(sample, dialect):
-            return dialect
-    return csv.excel
+#: Header names (as :func:`header_key` writes them) taken, in this order, for a logical field
+#: whose column is the default one and absent from the file.
+OBVIOUS_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ticket_id": ("ticket id", "ticket", "ticket key", "ticket number", "ticket no", "key", "id", "number",
+                  "issue key", "issue id", "incident id", "incident number", "case id", "case number"),
+    "subject": ("subject", "summary", "title", "short description"),
+    "description": ("description", "body", "details", "text", "content"),
+    "status": ("status", "state"),
+    "site": ("site",),
+    "opened": ("opened", "created", "opened at", "created at", "date"),
+    "updated": ("updated", "updated at", "modified", "last updated", "last modified"),
+}
+#: Last words that make a header an id column when none of the names above is there (``GGUS ID``).
+_ID_SUFFIXES = ("id", "key", "number")
 
 
 def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None = None) -> LoadResult:
     """Parse a CSV ticket export into one document per row; bad rows fail alone.
 
     Raises:
-        ParseError: the header row cannot be read or has no ticket-id column.
+        ParseError: the file is empty, its header row cannot be read, or it has no ticket-id column.
     """
-    if csv.field_size_limit() < FIELD_SIZE_LIMIT:
-        csv.field_size_limit(FIELD_SIZE_LIMIT)
     columns = {**config.csv_columns}
-    id_column = columns.get("ticket_id", "ticket_id")
-    text = text.lstrip("\ufeff")
-    reader = csv.reader(io.StringIO(text, newline=""), _dialect(text, id_column))
-    try:
-        header = next(reader)
-    except StopIteration as exc:
-        raise ParseError("empty CSV file") from exc
-    except csv.Error as exc:
-        raise ParseError(f"line 1: {exc}") from exc
-    names = [h.strip() for h in header]
-    index = {name.lower(): i for i, name in enumerate(names)}
-    if id_column.lower() not in index:
-        raise ParseError(f"CSV header has no ticket id column {id_column!r} (columns: {', '.join(names)}); "
-                         "set the column mapping")
-    mapped = {field: index[col.lower()] for field, col in columns.items() if col and col.lower() in index}
+    explicit_id = columns.get("ticket_id", "ticket_id") != DEFAULT_CSV_COLUMNS["ticket_id"]
+    wanted = {header_key(columns.get("ticket_id", "ticket_id")), *OBVIOUS_COLUMNS["ticket_id"],
+              *jira_csv.REQUIRED}
+    table = CsvTable(text, wanted)
+    if not explicit_id and jira_csv.is_jira_header(table.header):
+        return jira_csv.load_table(table, source, config, encoding=encoding)
+    mapped = resolve_columns(table.header, columns)
     builder = DocumentBuilder(source, "csv_ticket", encoding=encoding)
-    while True:
-        start = reader.line_num + 1
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            builder.fail(f"line {start}", f"malformed CSV row ({exc})")
-            if reader.line_num < start:  # the reader did not advance: nothing more can be read
-                break
-            continue
-        if not any(cell.strip() for cell in row):
-            continue
-        with builder.record(f"line {start}"):
-            _add_row(builder, row, names, mapped, config)
+    for record in table.records(builder.fail):
+        with builder.record(record.where):
+            _add_row(builder, record, table.header, mapped, config)
     return builder.result("csv")
 
 
-def _add_row(builder: DocumentBuilder, row: list[str], names: list[str], mapped: dict[str, int],
+def resolve_columns(names: list[str], columns: dict[str, str]) -> dict[str, int]:
+    """Logical field -> column position, by the mapping and then by :data:`OBVIOUS_COLUMNS`.
+
+    Args:
+        names: the header, as written.
+        columns: logical field -> header from the mapping.
+    Raises:
+        ParseError: no ticket-id column (the message lists the file's columns).
+    """
+    index = {name.lower(): i for i, name in enumerate(names)}
+    keys = [header_key(name) for name in names]
+    mapped = {field: index[col.lower()] for field, col in columns.items() if col and col.lower() in index}
+    for field, col in columns.items():
+        if field in mapped or col != DEFAULT_CSV_COLUMNS.get(field):
+            continue
+        taken = set(mapped.values())
+        pos = next((keys.index(name) for name in OBVIOUS_COLUMNS.get(field, ()) if name in keys
+                    and keys.index(name) not in taken), None)
+        if pos is None and field == "ticket_id":
+            pos = next((i for i, key in enumerate(keys) if key.split(" ")[-1] in _ID_SUFFIXES and i not in taken),
+                       None)
+        if pos is not None:
+            log.debug("CSV field %s read from column %r", field, names[pos])
+            mapped[field] = pos
+    if "ticket_id" not in mapped:
+        id_column = columns.get("ticket_id", "ticket_id")
+        usual = "" if id_column != DEFAULT_CSV_COLUMNS["ticket_id"] else " nor an id, key, ticket or number column"
+        raise ParseError(f"CSV header has no ticket id column {id_column!r}{usual} (columns: {', '.join(names)}); "
+                         "set the column mapping")
+    return mapped
+
+
+def _add_row(builder: DocumentBuilder, record: CsvRecord, names: list[str], mapped: dict[str, int],
              config: LoaderConfig) -> None:
-    """Add one CSV row.
+    """Add one CSV row (its cells are the header's width).
 
     Raises:
-        RecordError: the ticket id cell is missing, empty or blank.
+        RecordError: the ticket id cell is empty or blank.
     """
+    row = record.cells
 
     def get(field: str) -> str | None:
-        pos = mapped.get(field)
-        return clean_str(row[pos]) if pos is not None and pos < len(row) else None
+        return clean_str(row[mapped[field]]) if field in mapped else None
 
-    if not get("ticket_id"):
-        raw = row[mapped["ticket_id"]] if mapped["ticket_id"] < len(row) else None
-        raise RecordError(f"empty or blank ticket id {raw!r}" if raw is not None else "row has no ticket id cell")
-    key = row[mapped["ticket_id"]].strip()
+    raw_key = row[mapped["ticket_id"]]
+    if not raw_key.strip():
+        raise RecordError(f"empty or blank ticket id {raw_key!r}")
+    key = raw_key.strip()
     subject = get("subject") or ""
-    description = (row[mapped["description"]].strip()
-                   if "description" in mapped and mapped["description"] < len(row) else "")
+    description = row[mapped["description"]].strip() if "description" in mapped else ""
     meta: dict = {
         "ticket_key": key,
         "title": subject or key,
@@ -124,7 +134,7 @@ def _add_row(builder: DocumentBuilder, row: list[str], names: list[str], mapped:
     meta.update(time_fields("updated", get("updated"), config.tz))
     mapped_idx = set(mapped.values())
     for pos, name in enumerate(names):
-        if pos in mapped_idx or pos >= len(row) or not name:
+        if pos in mapped_idx or not name:
             continue
         meta[re.sub(r"[^0-9a-z_]+", "_", name.lower()).strip("_") or f"column_{pos}"] = clean_str(row[pos])
     facts = " · ".join(f"{label}: {meta[k]}" for label, k in (("Site", "site"), ("Status", "status"))

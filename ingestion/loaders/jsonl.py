@@ -15,8 +15,15 @@ import json
 from typing import Any
 
 from ingestion.errors import RecordError
-from ingestion.loaders.base import (DocumentBuilder, LoaderConfig, LoadResult, as_str_list, clean_str, require_key,
-                                    scalar_metadata)
+from ingestion.loaders.base import (
+    DocumentBuilder,
+    LoaderConfig,
+    LoadResult,
+    as_str_list,
+    clean_str,
+    require_key,
+    scalar_metadata,
+)
 from ingestion.timeparse import time_fields
 
 _TIME_KEYS = {"created": ("created", "date", "timestamp", "time", "created_at"), "updated": ("updated", "updated_at")}

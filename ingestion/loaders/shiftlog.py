@@ -21,6 +21,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 
+from ingestion.documents import Metadata
 from ingestion.errors import ParseError
 from ingestion.loaders.base import DocumentBuilder, LoaderConfig, LoadResult
 from ingestion.timeparse import parse_timestamp
@@ -57,7 +58,7 @@ def _window_key(stamp: dt.datetime, starts: list[tuple[dt.time, str]]) -> tuple[
     """Shift key and window label for a naive local time stamp."""
     day = stamp.date()
     current = None
-    for index, (start, name) in enumerate(starts):
+    for index, (start, _name) in enumerate(starts):
         if stamp.time() >= start:
             current = index
     if current is None:  # before the first start: last shift of the previous day
@@ -84,63 +85,76 @@ def _parse_header(body: str) -> tuple[str, str | None, str | None]:
     return key, window, shifter
 
 
+class _Grouper:
+    """Sorts a shift log's lines into shift groups, in file order (see the module docstring)."""
+
+    def __init__(self, config: LoaderConfig) -> None:
+        self.tz = config.tz
+        self.starts = sorted((dt.datetime.strptime(t, "%H:%M").time(), name) for t, name in config.shift_starts)
+        self.groups: list[_Group] = []
+        self.by_key: dict[str, _Group] = {}
+        self.header_group: _Group | None = None
+        self.current: _Group | None = None
+        self.orphans: list[str] = []
+
+    def add(self, lineno: int, line: str) -> None:
+        """Sort one non-blank line (trailing white space removed)."""
+        header = HEADER_RE.match(line)
+        stamped = LINE_RE.match(line)
+        if header and not stamped:
+            self._open_header(lineno, header.group("body"))
+            return
+        stamp = None
+        if stamped:
+            stamp = parse_timestamp(f"{stamped.group(1)} {stamped.group(2).zfill(5)}{stamped.group(3) or ''}", self.tz)
+        if stamped and stamp is not None:
+            group = self.header_group or self._window_group(lineno, stamp)
+            self.current = group
+            group.lines.append(line)
+            group.times.append(stamp)
+            tag = TAG_RE.match(stamped.group(4))
+            if tag and tag.group(1) not in group.tags:
+                group.tags.append(tag.group(1))
+        elif self.current is not None:
+            self.current.lines.append(line)
+        else:
+            self.orphans.append(line)
+
+    def _open_header(self, lineno: int, body: str) -> None:
+        key, window, shifter = _parse_header(body)
+        self.header_group = _Group(key=key or f"shift {len(self.groups) + 1}", title="Shift " + body.strip(),
+                                   line=lineno, author=shifter, window=window)
+        self.groups.append(self.header_group)
+        self.current = self.header_group
+
+    def _window_group(self, lineno: int, stamp: dt.datetime) -> _Group:
+        """The clock-window shift of a time stamp outside any header (created at its first line)."""
+        key, window = _window_key(stamp.astimezone(self.tz).replace(tzinfo=None), self.starts)
+        group = self.by_key.get(key)
+        if group is None:
+            group = _Group(key=key, title=f"Shift {key} ({window})", line=lineno, window=window)
+            self.by_key[key] = group
+            self.groups.append(group)
+        return group
+
+
 def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None = None) -> LoadResult:
     """Group a shift log into one document per shift.
 
     Raises:
         ParseError: the file has no time-stamped line and no shift header.
     """
-    tz = config.tz
-    starts = sorted((dt.datetime.strptime(t, "%H:%M").time(), name) for t, name in config.shift_starts)
-    groups: list[_Group] = []
-    by_key: dict[str, _Group] = {}
-    header_group: _Group | None = None
-    current: _Group | None = None
-    orphans: list[str] = []
+    grouper = _Grouper(config)
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
-        if not line.strip():
-            continue
-        header = HEADER_RE.match(line)
-        if header and not LINE_RE.match(line):
-            key, window, shifter = _parse_header(header.group("body"))
-            title = "Shift " + header.group("body").strip()
-            header_group = _Group(key=key or f"shift {len(groups) + 1}", title=title, line=lineno, author=shifter,
-                                  window=window)
-            groups.append(header_group)
-            current = header_group
-            continue
-        stamped = LINE_RE.match(line)
-        if stamped:
-            stamp = parse_timestamp(f"{stamped.group(1)} {stamped.group(2).zfill(5)}{stamped.group(3) or ''}", tz)
-            if stamp is None:
-                stamped = None
-        if stamped:
-            if header_group is not None:
-                current = header_group
-            else:
-                local = stamp.astimezone(tz).replace(tzinfo=None)  # type: ignore[union-attr]
-                key, window = _window_key(local, starts)
-                current = by_key.get(key)
-                if current is None:
-                    current = _Group(key=key, title=f"Shift {key} ({window})", line=lineno, window=window)
-                    by_key[key] = current
-                    groups.append(current)
-            current.lines.append(line)
-            current.times.append(stamp)  # type: ignore[arg-type]
-            tag = TAG_RE.match(stamped.group(4))
-            if tag and tag.group(1) not in current.tags:
-                current.tags.append(tag.group(1))
-        elif current is not None:
-            current.lines.append(line)
-        else:
-            orphans.append(line)
-    if not groups:
+        if line.strip():
+            grouper.add(lineno, line)
+    if not grouper.groups:
         raise ParseError("no time-stamped line ('YYYY-MM-DD HH:MM ...') or shift header found")
     builder = DocumentBuilder(source, "shiftlog", encoding=encoding)
-    if orphans:
-        builder.warnings.append(f"{len(orphans)} line(s) before the first time-stamped line were ignored")
-    for group in groups:
+    if grouper.orphans:
+        builder.warnings.append(f"{len(grouper.orphans)} line(s) before the first time-stamped line were ignored")
+    for group in grouper.groups:
         if not group.lines:
             builder.warnings.append(f"shift {group.key!r} has no entries")
             continue
@@ -153,7 +167,7 @@ def _add_group(builder: DocumentBuilder, group: _Group) -> None:
     """Add one shift's document."""
     first = min(group.times) if group.times else None
     last = max(group.times) if group.times else None
-    meta = {
+    meta: Metadata = {
         "title": group.title,
         "shift": group.key,
         "author": group.author,

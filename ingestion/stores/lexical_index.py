@@ -12,7 +12,7 @@ Table ``chunks`` holds every chunk (text, metadata JSON, filter columns) in eith
   times the server's ``ts_rank`` (term frequency, divided by 1 + log of the chunk length) per
   query word, summed — PostgreSQL ships no BM25, and ``ts_rank`` alone has no IDF, which let
   common words outrank rare ones. Retrieval quality on both is measured side by side
-  (``copilot eval retrieval``; see the README's shared-store section).
+  (``copilot eval retrieval``; see evals/results/README.md, shared store).
 
 Queries are built from user text by :func:`fts_query`, never passed through: each
 whitespace-separated word becomes a quoted term, or a quoted phrase when it contains
@@ -193,8 +193,8 @@ class LexicalIndex:
         for start in range(0, len(ids), 500):
             part = ids[start:start + 500]
             rows = self.db.query(
-                f"SELECT chunk_id, doc_id, text, metadata_json FROM chunks WHERE chunk_id IN ({','.join('?' * len(part))})",
-                part)
+                "SELECT chunk_id, doc_id, text, metadata_json FROM chunks "
+                f"WHERE chunk_id IN ({','.join('?' * len(part))})", part)
             out.update((r[0], _chunk_from_row(r)) for r in rows)
         return out
 

@@ -91,7 +91,8 @@ class FileRecord:
     format: str | None = None
 
 
-_DOC_COLS = "doc_id, source, source_abs, doc_type, title, key, created_ts, content_hash, index_sig, n_chunks, chroma_extent"
+_DOC_COLS = ("doc_id, source, source_abs, doc_type, title, key, created_ts, content_hash, index_sig, n_chunks, "
+             "chroma_extent")
 _DOC_UPDATE = ", ".join(f"{c} = excluded.{c}" for c in _DOC_COLS.split(", ")[1:])
 
 
@@ -110,8 +111,8 @@ class Manifest:
 
     def set_meta(self, key: str, value: str) -> None:
         """Store ``value`` under ``key`` in ``meta``."""
-        self.db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (key, value))
+        self.db.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
     # documents
     def get(self, doc_ids: Sequence[str]) -> dict[str, DocumentRecord]:

@@ -11,7 +11,7 @@ Two request forms (chosen by ``Content-Type``):
   ``data_dir/uploads/<folder>/<name>`` and ingested from there, so uploading a name again
   replaces its documents when the file changed (``unchanged`` when not), and ``prune``
   removes the folder's files not in this upload with their documents (see
-  :mod:`copilot.api.jobs`). Limit: ``max_upload_bytes``.
+  :mod:`ingestion.uploads`). Limit: ``max_upload_bytes``.
 - ``application/json``: ``{"path": ..., "prune": false}``, a file or folder on the
   server that must lie under ``ingest_root``. Limit: ``max_body_bytes``.
 """
@@ -25,11 +25,11 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
-from copilot.config import Settings
 from copilot.api.dependencies import get_ingest_jobs, get_settings, require_api_key
-from copilot.api.jobs import (IngestJob, IngestJobManager, PathRejectedError, resolve_ingest_path,
-                                 safe_folder)
+from copilot.api.jobs import IngestJob, IngestJobManager, PathRejectedError, resolve_ingest_path
 from copilot.api.schemas import ErrorResponse, IngestAccepted, IngestJobList, IngestJobOut, IngestPathRequest
+from copilot.config import Settings
+from ingestion.uploads import UploadConflictError, UploadNameError, UploadPathError, UploadRejectedError, safe_folder
 
 router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[Depends(require_api_key)])
 
@@ -51,7 +51,14 @@ _OPENAPI_BODY = {
 }
 
 
-def _reject(exc: PathRejectedError) -> HTTPException:
+#: HTTP status of each kind of refused upload.
+_UPLOAD_STATUS: dict[type[UploadRejectedError], int] = {UploadNameError: 422, UploadConflictError: 409,
+                                                         UploadPathError: 400}
+
+
+def _reject(exc: PathRejectedError | UploadRejectedError) -> HTTPException:
+    if isinstance(exc, UploadRejectedError):
+        return HTTPException(_UPLOAD_STATUS.get(type(exc), 400), str(exc))
     headers = {"Retry-After": "10"} if exc.status == 503 else None
     return HTTPException(exc.status, exc.reason, headers=headers)
 
@@ -79,9 +86,9 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
                     raise PathRejectedError(422, "no files: send them in the multipart field 'files'")
                 folder = safe_folder(_text(form.get("folder")))
                 prune = (_text(form.get("prune")) or "").lower() in _TRUE
-                paths = await asyncio.to_thread(jobs.save_uploads, job_id, [(u.filename, u.file) for u in uploads],
+                paths = await asyncio.to_thread(jobs.uploads.stage, job_id, [(u.filename, u.file) for u in uploads],
                                                 folder)
-            job = IngestJob(job_id, "upload", paths, jobs.staging_dir(job_id), prune=prune, folder=folder)
+            job = IngestJob(job_id, "upload", paths, jobs.uploads.staging_dir(job_id), prune=prune, folder=folder)
         elif content_type.startswith("application/json") or not content_type:
             try:
                 body = IngestPathRequest.model_validate_json(await request.body())
@@ -94,18 +101,18 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
                                 f"unsupported Content-Type {content_type!r}: send multipart/form-data files "
                                 "or application/json {\"path\": ...}")
         jobs.submit(job)
-    except PathRejectedError as exc:
-        jobs.discard_uploads(job_id)
+    except (PathRejectedError, UploadRejectedError) as exc:
+        jobs.uploads.discard(job_id)
         raise _reject(exc) from exc
     except BaseException:
-        jobs.discard_uploads(job_id)
+        jobs.uploads.discard(job_id)
         raise
     return IngestAccepted(id=job.id, status=job.status, files=job.sources(),
                           status_url=str(request.url_for("get_ingest_job", job_id=job.id)))
 
 
 @router.get("", response_model=IngestJobList)
-async def list_ingest_jobs(offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500),
+async def list_ingest_jobs(offset: int = Query(0, ge=0, le=2**63 - 1), limit: int = Query(50, ge=1, le=500),
                            jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestJobList:
     """Ingest jobs of every replica, newest first, with their status and per-file reports."""
     found, total = await asyncio.to_thread(jobs.list, offset, limit)
