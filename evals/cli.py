@@ -10,10 +10,11 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from copilot.cli_help import HelpTyper
 from evals.questions import DEFAULT_CORPUS, DEFAULT_QUESTIONS, load_questions, quick_subset
 
-eval_app = typer.Typer(help="Exactness, latency and retrieval evals (reports as JSON, Markdown and PNG).",
-                       no_args_is_help=True)
+eval_app = HelpTyper(help="Exactness, latency and retrieval evals (reports as JSON, Markdown and PNG).",
+                     no_args_is_help=True)
 console = Console()
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,8 @@ def cases(out: Path = typer.Option(..., "--out", help="JSON file to write"),
 
 @eval_app.command("exactness")
 def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
-              quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['exactness']} questions, {QUICK_TOKENS} tokens"),
+              quick: bool = typer.Option(
+                  False, help=f"{QUICK_QUESTIONS['exactness']} questions, {QUICK_TOKENS} tokens"),
               json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
               max_new_tokens: Optional[int] = typer.Option(
                   None, min=1, help=f"default {FULL_TOKENS['exactness']} ({QUICK_TOKENS} quick)"),
@@ -169,10 +171,8 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
     """Speedup, τ, α, TTFT, ITL of our modes vs transformers greedy, prompt lookup and assisted generation
     (every mode with the loop stop)."""
     from evals.harness import hardware_summary
-    from evals.latency import run_latency
+    from evals.latency import DRAFT_MODEL_MODES, HF_MODES, KERNEL_MATCHED_MODES, OUR_MODES, run_latency
     from evals.report import latency_markdown, latency_plots
-
-    from evals.latency import DRAFT_MODEL_MODES, HF_MODES, KERNEL_MATCHED_MODES, OUR_MODES
 
     mode_list = list(dict.fromkeys(m.strip() for m in modes.split(",") if m.strip())) if modes is not None else None
     if mode_list == []:
@@ -217,7 +217,7 @@ def load(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir:
          levels: str = typer.Option("1,2,4,8", help="concurrent clients per level, comma-separated"),
          modes: str = typer.Option(",".join(("adaptive", "off", "fixed", "table")), help="speculation modes"),
          n_questions: int = typer.Option(8, "--n-questions", min=1, help="questions per cell (each asked once)"),
-         max_new_tokens: int = typer.Option(32, min=1), top_k: int = typer.Option(3, min=1),
+         max_new_tokens: int = typer.Option(32, min=1), max_sources: int = typer.Option(3, min=1),
          fixed_gamma: int = typer.Option(4, min=1, max=16, help="γ of the fixed mode"),
          repeats: int = typer.Option(1, min=1, help="runs per cell (modes reversed on every second)"),
          overload_clients: int = typer.Option(16, min=1), overload_s: float = typer.Option(
@@ -242,8 +242,8 @@ def load(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir:
     if unknown or not mode_list or not level_list or min(level_list) < 1:
         raise typer.BadParameter(f"levels ≥ 1 and modes among adaptive, off, fixed, table; got {levels!r}, "
                                  f"{modes!r}", param_hint="--levels/--modes")
-    args = LoadArgs(level_list, mode_list, n_questions, max_new_tokens, top_k, fixed_gamma, repeats, overload_clients,
-                    overload_s, burst, max_batch, queue_size, api_key=api_key)
+    args = LoadArgs(level_list, mode_list, n_questions, max_new_tokens, max_sources, fixed_gamma, repeats,
+                    overload_clients, overload_s, burst, max_batch, queue_size, api_key=api_key)
     qs = questions_from(questions, n_questions)
     out_dir = report or Path(tempfile.mkdtemp(prefix="opscopilot-load-"))
     out_dir.mkdir(parents=True, exist_ok=True)

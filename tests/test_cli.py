@@ -32,9 +32,9 @@ def _config(env=None) -> dict:
 
 
 def test_config_prints_effective_settings_with_secrets_masked():
-    out = _config({"COPILOT_API_KEYS": "sekrit-one, sekrit-two", "COPILOT_TOP_K": "7",
+    out = _config({"COPILOT_API_KEYS": "sekrit-one, sekrit-two", "COPILOT_MAX_SOURCES": "7",
                    "COPILOT_CHROMA_URL": "http://ops:chromapw@chroma.example:8000"})
-    assert out["api_keys"] == ["***", "***"] and out["top_k"] == 7
+    assert out["api_keys"] == ["***", "***"] and out["max_sources"] == 7
     assert out["chroma_url"] == "http://ops:***@chroma.example:8000"
     text = json.dumps(out)
     assert "sekrit" not in text and "chromapw" not in text
@@ -43,12 +43,12 @@ def test_config_prints_effective_settings_with_secrets_masked():
 
 def test_config_file_toml_and_yaml_with_env_precedence(tmp_path):
     toml = tmp_path / "copilot.toml"
-    toml.write_text('top_k = 3\nmax_new_tokens = 99\napi_keys = ["from-file"]\nrequire_key_for_ask = true\n')
+    toml.write_text('max_sources = 3\nmax_new_tokens = 99\napi_keys = ["from-file"]\nrequire_key_for_ask = true\n')
     out = _config({"COPILOT_CONFIG_FILE": str(toml)})
-    assert (out["top_k"], out["max_new_tokens"], out["require_key_for_ask"]) == (3, 99, True)
+    assert (out["max_sources"], out["max_new_tokens"], out["require_key_for_ask"]) == (3, 99, True)
     assert out["api_keys"] == ["***"]
-    out = _config({"COPILOT_CONFIG_FILE": str(toml), "COPILOT_TOP_K": "11"})  # environment wins
-    assert (out["top_k"], out["max_new_tokens"]) == (11, 99)
+    out = _config({"COPILOT_CONFIG_FILE": str(toml), "COPILOT_MAX_SOURCES": "11"})  # environment wins
+    assert (out["max_sources"], out["max_new_tokens"]) == (11, 99)
     yaml = tmp_path / "copilot.yaml"
     yaml.write_text("queue_size: 2\nmax_upload_bytes: 4096\n")
     out = _config({"COPILOT_CONFIG_FILE": str(yaml)})
@@ -58,8 +58,8 @@ def test_config_file_toml_and_yaml_with_env_precedence(tmp_path):
 def test_bad_configuration_exits_2_with_the_reason(tmp_path):
     result = runner.invoke(app, ["config"], env={"COPILOT_CONFIG_FILE": str(tmp_path / "missing.toml")})
     assert result.exit_code == 2 and "does not exist" in result.output
-    result = runner.invoke(app, ["config"], env={"COPILOT_TOP_K": "zero"})
-    assert result.exit_code == 2 and "top_k" in result.output
+    result = runner.invoke(app, ["config"], env={"COPILOT_MAX_SOURCES": "zero"})
+    assert result.exit_code == 2 and "max_sources" in result.output
     result = runner.invoke(app, ["config"], env={"COPILOT_ANSWER_HISTORY": "-1"})
     assert result.exit_code == 2 and "answer_history" in result.output
 
@@ -90,17 +90,17 @@ def test_documents_list_and_delete(tmp_path, monkeypatch, embedder):
 def test_ask_streams_and_lists_sources(monkeypatch, sample_service):
     from copilot.service import CopilotService
 
-    monkeypatch.setattr(CopilotService, "from_settings", classmethod(lambda cls, settings: sample_service))
+    monkeypatch.setattr(CopilotService, "from_settings", classmethod(lambda cls, settings, **kw: sample_service))
     result = runner.invoke(app, ["ask", "What was the resolution of OPS-107?", "--max-new-tokens", "4",
-                                 "--top-k", "2", "--stats"])
+                                 "--max-sources", "2", "--stats"])
     assert result.exit_code == 0, result.output
     assert "[1] tickets/jira_export.json#OPS-107" in result.stdout
     assert '"new_tokens"' in result.stdout
     result = runner.invoke(app, ["ask", "disk failure", "--max-new-tokens", "0", "--doc-type", "elog",
                                  "--since", "2026-01-20"])
     assert result.exit_code == 0, result.output
-    lines = [l for l in result.stdout.splitlines() if l.startswith("[")]
-    assert lines and all(".elog#" in l for l in lines)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("[")]
+    assert lines and all(".elog#" in line for line in lines)
     result = runner.invoke(app, ["ask", "x", "--since", "not a date"])
     assert result.exit_code == 2 and "invalid filter" in result.output
     result = runner.invoke(app, ["ask", "x", "--max-new-tokens", "999999"])
@@ -128,7 +128,8 @@ def test_eval_commands_are_reachable():
     assert result.exit_code == 2 and "unknown modes" in result.output  # refused before any model loads
     result = runner.invoke(app, ["eval", "latency", "--modes", " , "])
     assert result.exit_code == 2 and "no modes" in result.output
-    result = runner.invoke(app, ["eval", "latency", "--modes", "hf_greedy,hf_assisted"], env={"COPILOT_DRAFT_MODEL": ""})
+    result = runner.invoke(app, ["eval", "latency", "--modes", "hf_greedy,hf_assisted"],
+                           env={"COPILOT_DRAFT_MODEL": ""})
     assert result.exit_code == 2 and "need a draft model" in result.output
     result = runner.invoke(app, ["eval", "latency", "--modes", "hf_assisted", "--draft-model", ""],
                            env={"COPILOT_DRAFT_MODEL": "some/draft"})  # an explicit "" means none

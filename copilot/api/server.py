@@ -31,17 +31,20 @@ class ServerThread:
         host: bind address (loopback by default).
         port: TCP port (default: a free one).
         ready_timeout_s: how long :meth:`start` waits for the server to accept requests.
+        log_level: uvicorn's log level.
+        root_path: the path prefix a reverse proxy serves the app under (the ASGI ``root_path``,
+            as ``copilot serve --root-path`` sets it).
     Raises:
         RuntimeError: from :meth:`start` when the server did not come up in time.
     """
 
     def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, ready_timeout_s: float = 120.0,
-                 log_level: str = "warning") -> None:
+                 log_level: str = "warning", root_path: str = "") -> None:
         self.host = host
         self.port = port or free_port(host)
         self.ready_timeout_s = ready_timeout_s
         config = uvicorn.Config(app, host=host, port=self.port, log_level=log_level, lifespan="on",
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=5, root_path=root_path)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{self.port}", daemon=True)
 
