@@ -1,32 +1,34 @@
-"""The question page at ``GET /``: served assets, and a real headless Chromium driving it.
+"""The question page at ``GET /``: served assets, and a real headless Chromium driving it
+(harness: :mod:`ui_browser`).
 
-The browser tests launch Debian's ``/usr/bin/chromium`` through Playwright (its own browser
-download is not used) against the app served by a real uvicorn on 127.0.0.1. One asks the
-sample question end to end over the sample corpus and the embedded models and saves a
-screenshot to ``evals/results/ui.png``; the others route ``POST /v1/ask`` to canned
-responses to check escaping, citations and the error and API-key paths.
+One test asks the sample question end to end over the sample corpus and the embedded models
+and saves a screenshot to ``evals/results/ui.png``; the others route ``POST /v1/ask`` to
+canned responses to check escaping, citations, the error and API-key paths, and (issue 22)
+copy buttons, follow-up questions sent with the conversation, filters, the document view
+(the real ``GET /v1/documents/{id}``) and 👍/👎 stored by the real ``POST /v1/feedback``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import socket
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+pytest.register_assert_rewrite("ui_browser")  # it is also this module's plugin (below)
+from ui_browser import canned_sse, expect, wait_finished  # noqa: E402
+
 from copilot.api.app import create_app
+from copilot.api.schemas import AskRequest
 from copilot.config import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
+STATIC = REPO_ROOT / "copilot" / "api" / "static"
 SCREENSHOT = REPO_ROOT / "evals" / "results" / "ui.png"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+pytest_plugins = ["ui_browser"]  # the fixtures live_url, browser and page
 QUESTION = "How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?"
 EVIL = "<img src=x onerror=alert(1)>"
 
@@ -49,7 +51,9 @@ def test_page_and_assets_are_served(plain_client):
     # Everything the page loads comes from this app (no CDN).
     refs = re.findall(r'(?:src|href)="([^"]+)"', html)
     assert set(refs) == {"/static/app.css", "/static/app.js"}, refs
-    for path, mime in (("/static/app.js", "javascript"), ("/static/app.css", "text/css")):
+    modules = [f"/static/{p.name}" for p in STATIC.glob("*.js")]
+    assert "/static/app.js" in modules and len(modules) > 1
+    for path, mime in [*((m, "javascript") for m in modules), ("/static/app.css", "text/css")]:
         asset = plain_client.get(path)
         assert asset.status_code == 200, path
         assert mime in asset.headers["content-type"], (path, asset.headers["content-type"])
@@ -59,10 +63,16 @@ def test_page_and_assets_are_served(plain_client):
 
 
 def test_script_builds_the_dom_from_text_only(plain_client):
-    """Data reaches the page through textContent / createElement: no HTML sinks in the script."""
-    script = plain_client.get("/static/app.js").text
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
-        assert sink not in script, sink
+    """Data reaches the page through textContent / createElement: no HTML sinks in any script,
+    and every module the page imports is one of them (served from this app)."""
+    imported = set()
+    for path in STATIC.glob("*.js"):
+        script = plain_client.get(f"/static/{path.name}").text
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+                     "DOMParser", "createContextualFragment"):
+            assert sink not in script, (path.name, sink)
+        imported |= set(re.findall(r'^import .* from "\./([\w.]+)";$', script, re.MULTILINE))
+    assert imported == {p.name for p in STATIC.glob("*.js")} - {"app.js"}, imported
 
 
 def test_the_page_is_not_in_the_api_schema(plain_client):
@@ -70,86 +80,6 @@ def test_the_page_is_not_in_the_api_schema(plain_client):
 
 
 # ---------------------------------------------------------------------------------- the browser
-@pytest.fixture(scope="module")
-def live_url(sample_service):
-    """The real app over the sample corpus, served by uvicorn on a free 127.0.0.1 port."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(sample_service.settings, sample_service), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ui-uvicorn")
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            pytest.fail("uvicorn did not start within 30 s")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=15)
-    sock.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright package is missing (pip install playwright)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=30_000)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    """A fresh page at 1280 px, light theme; fails the test on any script error, CSP
-    violation or dialog (``page.problems``)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 860}, color_scheme="light",
-                                  reduced_motion="reduce")
-    context.set_default_timeout(15_000)
-    pg = context.new_page()
-    problems: list[str] = []
-    pg.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-
-    def on_console(msg):  # an HTTP error status is logged as "Failed to load resource": expected here
-        if msg.type == "error" and not msg.text.startswith("Failed to load resource"):
-            problems.append(f"console {msg.type}: {msg.text}")
-
-    pg.on("console", on_console)
-
-    def on_dialog(dialog):
-        problems.append(f"dialog: {dialog.message}")
-        dialog.dismiss()
-
-    pg.on("dialog", on_dialog)
-    pg.problems = problems
-    yield pg
-    context.close()
-
-
-def expect(locator):
-    from playwright.sync_api import expect as _expect
-
-    return _expect(locator)
-
-
-def wait_finished(page, timeout_ms: int = 15_000) -> str:
-    """Wait (bounded) until the page says the answer is done or failed; returns which.
-    (Locators only: the page's CSP forbids the eval that ``wait_for_function`` needs.)"""
-    page.locator("html[data-state=done], html[data-state=error]").wait_for(state="attached", timeout=timeout_ms)
-    return page.locator("html").get_attribute("data-state")
-
-
 @pytest.mark.slow
 def test_ask_the_sample_question_in_the_browser(live_url, page):
     page.goto(f"{live_url}/")
@@ -178,9 +108,19 @@ def test_ask_the_sample_question_in_the_browser(live_url, page):
     page.get_by_label("Question").blur()
     page.screenshot(path=str(SCREENSHOT))
 
-
-def canned_sse(*events: tuple[str, dict]) -> str:
-    return "".join(f"event: {name}\r\ndata: {json.dumps(data)}\r\n\r\n" for name, data in events)
+    # the real server takes the page's follow-up (history) and document fetch
+    page.locator("#sources .card a.doc-link").first.click()
+    expect(page.locator("#doc-view")).to_have_attribute("data-state", "ready")
+    assert page.locator("#doc-view .doc-text").inner_text().strip()
+    page.keyboard.press("Escape")
+    page.get_by_label("Question").fill("Which ticket tracked it?")
+    page.get_by_label("Question").press("Enter")
+    assert wait_finished(page, timeout_ms=60_000) == "done", page.inner_text("#error")
+    assert page.locator("#turns .turn").count() == 1 and page.inner_text("#answer").strip()
+    assert QUESTION in page.locator("#turns .turn-question").inner_text()
+    kept = page.locator("#turns .turn-answer").text_content()
+    assert kept.startswith("OpsCopilot") and kept[len("OpsCopilot"):].strip()  # the first answer is kept
+    assert page.problems == []
 
 
 EVIL_SOURCES = [
@@ -229,6 +169,7 @@ def test_data_is_rendered_as_text_and_citations_link_to_cards(live_url, page):
     assert page.problems == []
 
 
+POOL_SOURCES = [{**EVIL_SOURCES[1], "highlights": ["restart: systemctl restart dcache@dc-pool-07Domain.service"]}]
 QUOTED_ANSWER = "Run `systemctl restart dcache@dc-pool-07Domain.service` [1], then `dcache pool wipe -f` on dc-pool-99."
 QUOTED_DONE = {
     "sources": EVIL_SOURCES[1:], "answer": QUOTED_ANSWER, "cited": [1], "not_found": False,
@@ -246,7 +187,7 @@ QUOTED_DONE = {
 def test_quoted_literals_link_to_their_evidence_line_and_unverified_ones_are_marked(live_url, page):
     assert QUOTED_ANSWER[5:54] == QUOTED_DONE["quotes"][0]["literal"]
     assert QUOTED_ANSWER[67:86] == "dcache pool wipe -f" and QUOTED_ANSWER[91:101] == "dc-pool-99"
-    sources = [{**EVIL_SOURCES[1], "n": 2, "highlights": ["restart: systemctl restart dcache@dc-pool-07Domain.service"]}]
+    sources = POOL_SOURCES
     done = {**QUOTED_DONE, "sources": sources}
     body = canned_sse(("sources", {"sources": sources}), ("delta", {"text": QUOTED_ANSWER}), ("done", done))
     page.route("**/v1/ask", lambda route: route.fulfill(status=200, body=body,
@@ -256,7 +197,8 @@ def test_quoted_literals_link_to_their_evidence_line_and_unverified_ones_are_mar
     page.get_by_role("button", name="Ask").click()
     assert wait_finished(page) == "done"
     assert page.locator("#answer a.quote").all_inner_texts() == ["systemctl restart dcache@dc-pool-07Domain.service"]
-    assert page.locator("#answer .literal.verified button.copy").count() == 1
+    # every code span has a copy button: the command quoted from a source and the one in none
+    assert page.locator("#answer .code-span button.copy").count() == 2
     assert page.locator("#answer mark.unverified").all_inner_texts() == ["dcache pool wipe -f", "dc-pool-99"]
     assert page.locator("#answer .warn").count() == 2
     assert "check before running" in page.inner_text("#answer .unverified-list")
@@ -284,7 +226,7 @@ def test_errors_and_the_api_key(live_url, page):
     seen: list[dict] = []
     replies = [
         (401, {"detail": "missing API key: send 'Authorization: Bearer <key>'"}),
-        (422, {"detail": [{"loc": ["body", "top_k"], "msg": "Input should be greater than or equal to 1",
+        (400, {"detail": [{"loc": ["body", "max_sources"], "msg": "Input should be greater than or equal to 1",
                            "type": "greater_than_equal"}]}),
         (200, canned_sse(("delta", {"text": "partial"}), ("error", {"detail": "generation failed: boom"}))),
     ]
@@ -311,8 +253,8 @@ def test_errors_and_the_api_key(live_url, page):
     page.get_by_role("button", name="Ask").click()
     assert wait_finished(page) == "error"
     assert seen[1]["headers"]["authorization"] == "Bearer s3cret"
-    assert seen[1]["body"] == {"question": "q", "stream": True, "top_k": 0}
-    assert "top_k: Input should be greater than or equal to 1" in page.inner_text("#error")
+    assert seen[1]["body"] == {"question": "q", "stream": True, "max_sources": 0}
+    assert "max_sources: Input should be greater than or equal to 1" in page.inner_text("#error")
 
     page.reload()  # the key is kept in localStorage
     assert page.get_by_label("API key").input_value() == "s3cret"
@@ -322,4 +264,224 @@ def test_errors_and_the_api_key(live_url, page):
     assert seen[2]["headers"]["authorization"] == "Bearer s3cret"
     assert "generation failed: boom" in page.inner_text("#error")
     assert page.inner_text("#answer") == "partial"  # what came before the error stays
+    assert page.problems == []
+
+
+# ---------------------------------------------------------------------------------- issue 22: the page
+def route_ask(page, *dones: dict) -> list[dict]:
+    """Answer the page's ``POST /v1/ask`` with canned streams (sources, one delta, then each
+    ``done`` in turn); the list collects the JSON bodies the page sent."""
+    seen: list[dict] = []
+
+    def handle(route):
+        seen.append(route.request.post_data_json)
+        done = dones[min(len(seen), len(dones)) - 1]
+        body = canned_sse(("sources", {"sources": done["sources"]}), ("delta", {"text": done["answer"]}),
+                          ("done", done))
+        route.fulfill(status=200, body=body, headers={"content-type": "text/event-stream"})
+
+    page.route("**/v1/ask", handle)
+    return seen
+
+
+def ask_on_page(page, question: str) -> None:
+    page.get_by_label("Question").fill(question)
+    page.locator("#ask-button").click()
+    assert wait_finished(page) == "done", page.inner_text("#error")
+
+
+BLOCK_ANSWER = "Then check it:\n```bash\ndcache pool ls dc-pool-07\n```\nIt should say enabled [2]."
+
+
+@pytest.mark.slow
+def test_copy_buttons_copy_commands_code_blocks_and_evidence_lines(live_url, page):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_url)
+    done = {**QUOTED_DONE, "sources": POOL_SOURCES, "answer": QUOTED_ANSWER + "\n" + BLOCK_ANSWER}
+    route_ask(page, done)
+    page.goto(f"{live_url}/")
+    ask_on_page(page, "how was the pool restarted?")
+
+    def copied(button) -> str:
+        button.click()
+        expect(button).to_have_attribute("data-state", "copied")
+        return page.evaluate("navigator.clipboard.readText()")
+
+    spans = page.locator("#answer .code-span")
+    assert spans.locator("code").all_inner_texts() == ["systemctl restart dcache@dc-pool-07Domain.service",
+                                                        "dcache pool wipe -f"]  # shown without the backticks
+    assert copied(spans.nth(0).locator("button.copy")) == "systemctl restart dcache@dc-pool-07Domain.service"
+    block = page.locator("#answer .code-block")
+    assert block.locator("pre").inner_text() == "dcache pool ls dc-pool-07"
+    assert copied(block.locator("button.copy")) == "dcache pool ls dc-pool-07"
+    assert page.locator("#answer .code-block a.cite").count() == 0
+    line = page.locator("#source-2-line-0")
+    assert copied(line.get_by_role("button", name="Copy evidence line 1 of source 2")) == \
+        "restart: systemctl restart dcache@dc-pool-07Domain.service"
+    assert page.problems == []
+
+
+@pytest.mark.slow
+def test_a_follow_up_is_sent_with_the_conversation_and_new_conversation_clears_it(live_url, page):
+    first = {**QUOTED_DONE, "sources": POOL_SOURCES, "cited": [2]}
+    second = {"sources": POOL_SOURCES, "answer": "On dc-pool-07 [2].", "cited": [2], "quotes": [], "unverified": [],
+              "stats": {"new_tokens": 5, "total_ms": 300, "finish_reason": "eos"}}
+    seen = route_ask(page, first, second)
+    page.goto(f"{live_url}/")
+    assert page.is_hidden("#conversation")
+    ask_on_page(page, "how was the pool restarted?")
+    assert page.get_by_label("Question").input_value() == ""  # ready for the follow-up
+    ask_on_page(page, "and on which host?")
+
+    history = [{"role": "user", "content": "how was the pool restarted?"},
+               {"role": "assistant", "content": QUOTED_ANSWER}]
+    assert "history" not in seen[0]
+    assert seen[1] == {"question": "and on which host?", "stream": True, "history": history}
+    AskRequest.model_validate(seen[1])  # the body is one the API takes
+    # the earlier exchange is shown above the current one, which is in the answer panel
+    assert page.is_visible("#conversation")
+    turns = page.locator("#turns .turn")
+    assert turns.count() == 1
+    assert "how was the pool restarted?" in turns.first.locator(".turn-question").inner_text()
+    assert "systemctl restart dcache@dc-pool-07Domain.service" in turns.first.locator(".turn-answer").inner_text()
+    assert "[2] Pool restarted" in turns.first.locator(".turn-sources").inner_text()
+    assert "and on which host?" in page.inner_text("#asked") and page.inner_text("#answer") == "On dc-pool-07 [2]."
+
+    ask_on_page(page, "a third question")
+    assert [m["content"] for m in seen[2]["history"]] == [
+        "how was the pool restarted?", QUOTED_ANSWER, "and on which host?", "On dc-pool-07 [2]."]
+    page.screenshot(path=str(SCREENSHOT.with_name("ui-conversation.png")), full_page=True)
+
+    page.get_by_role("button", name="New conversation").click()
+    assert page.is_hidden("#conversation") and page.locator("#turns .turn").count() == 0
+    assert page.is_hidden("#asked") and page.locator("#sources .card").count() == 0
+    ask_on_page(page, "a fresh question")
+    assert "history" not in seen[3]
+    assert page.problems == []
+
+
+@pytest.mark.slow
+def test_filters_are_sent_with_the_question(live_url, page):
+    seen = route_ask(page, {**QUOTED_DONE, "sources": POOL_SOURCES})
+    page.goto(f"{live_url}/")
+    page.get_by_label("Type").select_option("jira")
+    page.locator("#since").fill("2026-01-20")
+    page.locator("#until").fill("2026-01-27")
+    page.get_by_label("Passages").fill("4")
+    ask_on_page(page, "what broke the FTS?")
+    filters = {"doc_types": ["jira"], "since": "2026-01-20", "until": "2026-01-27"}
+    assert seen[0] == {"question": "what broke the FTS?", "stream": True, "max_sources": 4, "filters": filters}
+    parsed = AskRequest.model_validate(seen[0]).filters  # the API reads the page's dates as whole days
+    assert parsed.since.isoformat() == "2026-01-20T00:00:00+00:00"
+    assert parsed.until.isoformat().startswith("2026-01-27T23:59:59")
+
+    page.get_by_label("Type").select_option("")  # "any" again: no filter sent
+    page.locator("#since").fill("")
+    page.locator("#until").fill("")
+    ask_on_page(page, "what broke the FTS?")
+    assert "filters" not in seen[1]
+    assert page.problems == []
+
+
+POSTMORTEM = "postmortems/2026-01-fts-outage.md#2026-01-fts-outage"
+
+
+@pytest.mark.slow
+def test_open_document_shows_the_document_as_readable_text(live_url, page, sample_service):
+    """The real ``GET /v1/documents/{id}`` of an 8-chunk post-mortem, fetched by the page."""
+    source = {"n": 1, "doc_id": POSTMORTEM, "source": "postmortems/2026-01-fts-outage.md", "doc_type": "postmortem",
+              "title": "FTS3 transfer scheduling outage", "url": "/v1/documents/" + POSTMORTEM.replace("#", "%23"),
+              "highlights": ["- **13:02** - `DbThreadsNum=30` deployed, `systemctl restart fts-server` on both nodes."],
+              "score": 0.1, "created": "2026-01-27T08:40:00+00:00"}
+    route_ask(page, {"sources": [source], "answer": "DbThreadsNum was reverted [1].", "cited": [1],
+                     "stats": {"finish_reason": "eos"}})
+    requests: list[dict] = []
+    page.on("request", lambda r: requests.append(r.headers) if "/v1/documents/" in r.url else None)
+    page.goto(f"{live_url}/")
+    page.evaluate("localStorage.setItem('opscopilot.apiKey', 'k-doc')")
+    page.reload()
+    ask_on_page(page, "what was reverted?")
+    page.locator("#source-1 a.doc-link").click()
+    dialog = page.locator("#doc-view")
+    expect(dialog).to_have_attribute("data-state", "ready")
+    assert requests and requests[-1]["authorization"] == "Bearer k-doc"  # fetched with the page's key
+    assert page.url == f"{live_url}/"  # no navigation to the raw JSON
+
+    text = dialog.locator(".doc-text").inner_text()
+    chunks = sample_service.store.get_document_chunks(POSTMORTEM)
+    assert len(chunks) == 8
+    header = chunks[0].text.split("\n", 1)[0]
+    assert header not in text  # the header every chunk repeats is not shown
+    for chunk in chunks:  # every chunk's text is there ...
+        assert chunk.text.split("\n", 1)[1].strip() in text
+    for line in ("# Post-mortem: FTS3 outage on 2026-01-27", "## Root cause", "## Timeline"):
+        assert text.count(line) == 1, line  # ... and what consecutive chunks share, once
+    assert not text.lstrip().startswith("{") and '"chunks"' not in text
+    title = "FTS3 transfer scheduling outage - database connections exhausted"
+    assert dialog.locator(".doc-title").inner_text() == title
+    meta = dialog.locator(".doc-meta").inner_text()
+    assert "Post-mortem" in meta and "postmortems/2026-01-fts-outage.md" in meta and "2026-01-27" in meta
+    assert dialog.locator("mark.evidence").all_inner_texts() == [source["highlights"][0]]
+    page.screenshot(path=str(SCREENSHOT.with_name("ui-document.png")))
+    page.keyboard.press("Escape")
+    expect(dialog).not_to_be_visible()
+    assert page.problems == []
+
+
+@pytest.mark.slow
+def test_the_document_view_escapes_html_and_reports_errors(live_url, page):
+    doc = {"doc_id": "tickets/evil.csv#X-1", "source": "tickets/evil.csv", "doc_type": "csv_ticket", "title": EVIL,
+           "key": "X-1", "created": "2026-01-20T06:04:00Z", "n_chunks": 1,
+           "chunks": [{"chunk_id": "tickets/evil.csv#X-1#0", "text": f"Ticket X-1 | {EVIL}\nbody {EVIL} <b>bold</b>"}]}
+    replies = iter([(200, doc), (404, {"detail": "no document with id 'tickets/evil.csv#X-1'"})])
+
+    def handle(route):
+        status, body = next(replies)
+        route.fulfill(status=status, body=json.dumps(body), headers={"content-type": "application/json"})
+
+    page.route("**/v1/documents/**", handle)
+    route_ask(page, {"sources": [{**EVIL_SOURCES[0], "url": "/v1/documents/tickets%2Fevil.csv%23X-1"}],
+                     "answer": "See [1].", "cited": [1], "stats": {}})
+    page.goto(f"{live_url}/")
+    ask_on_page(page, "anything")
+    page.locator("#source-1 a.doc-link").click()
+    dialog = page.locator("#doc-view")
+    expect(dialog).to_have_attribute("data-state", "ready")
+    assert dialog.locator(".doc-title").inner_text() == EVIL
+    assert dialog.locator(".doc-text").inner_text() == f"body {EVIL} <b>bold</b>"
+    assert page.locator("img").count() == 0 and dialog.locator("b").count() == 0
+    dialog.locator(".doc-close").click()
+    page.locator("#source-1 a.doc-link").click()
+    expect(dialog).to_have_attribute("data-state", "error")
+    assert "no longer in the store" in dialog.locator(".doc-status").inner_text()
+    time.sleep(0.2)
+    assert page.problems == []
+
+
+@pytest.mark.slow
+def test_thumbs_up_with_a_reason_is_stored_by_the_feedback_route(live_url, page):
+    done = {**QUOTED_DONE, "sources": POOL_SOURCES, "cited": [2]}
+    route_ask(page, done)
+    page.goto(f"{live_url}/")
+    page.get_by_label("Max tokens").fill("64")
+    page.get_by_label("Type").select_option("elog")
+    ask_on_page(page, "how was the pool restarted?")
+    feedback = page.locator("#feedback .feedback")
+    assert feedback.get_attribute("data-state") == "idle"
+    page.get_by_role("button", name="Good answer").click()
+    expect(page.get_by_role("button", name="Good answer")).to_have_attribute("aria-pressed", "true")
+    page.get_by_label("Why? (optional)").fill("the exact restart command")
+    page.get_by_role("button", name="Send feedback").click()
+    expect(feedback).to_have_attribute("data-state", "saved")
+    assert "saved" in feedback.locator(".feedback-status").inner_text()
+
+    stored = page.request.get(f"{live_url}/v1/feedback?limit=1").json()["feedback"][0]
+    assert stored["rating"] == "up" and stored["reason"] == "the exact restart command"
+    assert stored["question"] == "how was the pool restarted?" and stored["answer"] == QUOTED_ANSWER
+    assert stored["sources"] == [{"n": 2, "doc_id": "logbooks/ops.elog#7", "title": "Pool restarted", "cited": True}]
+    assert [q["literal"] for q in stored["quotes"]] == ["systemctl restart dcache@dc-pool-07Domain.service"]
+    assert stored["settings"] == {"max_new_tokens": 64, "filters": {"doc_types": ["elog"]}}
+    assert stored["history"] == [] and stored["not_found"] is False
+    export = page.request.get(f"{live_url}/v1/feedback/export").text()
+    assert any(json.loads(line)["id"] == stored["id"] for line in export.splitlines())
+    page.screenshot(path=str(SCREENSHOT.with_name("ui-feedback.png")))
     assert page.problems == []

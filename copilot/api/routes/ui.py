@@ -1,9 +1,13 @@
-"""``GET /``: a small page to ask questions from (plain HTML, one script, one stylesheet).
+"""``GET /``: a small page to ask questions from (plain HTML, a few ES modules, one stylesheet).
 
 Everything the page needs is served by the app from ``copilot/api/static`` (no build step, no
-CDN). The page talks to ``POST /v1/ask`` with ``"stream": true`` and renders every field
-with ``textContent``; a strict Content-Security-Policy (scripts, styles and connections
-from this origin only) backs that up.
+CDN): ``app.js`` (asking, the page's state) imports ``answer.js`` (an answer's code, citations
+and checked literals), ``sources.js`` (source cards), ``conversation.js`` (earlier turns, sent
+as ``history``), ``docview.js`` (the document view), ``feedback.js`` (👍/👎), ``sse.js`` and
+``dom.js``. The page talks to ``POST /v1/ask`` with ``"stream": true``, ``GET
+/v1/documents/{id}`` and ``POST /v1/feedback``, and renders every field with ``textContent``;
+a strict Content-Security-Policy (scripts, styles and connections from this origin only)
+backs that up.
 """
 
 from __future__ import annotations
