@@ -12,13 +12,21 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict,
-                               TomlConfigSettingsSource, YamlConfigSettingsSource)
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
 
-from decoding.drafter import DraftingMode
 from copilot.grounding import MIN_SUPPORT
+from decoding.config import DEFAULT_MAX_NEW_TOKENS
+from decoding.drafter import DraftingMode
 from decoding.embedded import QWEN_CODER_05B, QWEN_CODER_15B
 from decoding.models import resolve_device
+from ingestion.stores.database import mask_url
 
 #: ``target_model`` default: the measured best per device (:func:`default_target`).
 AUTO_TARGET = "auto"
@@ -28,11 +36,10 @@ def default_target(device: str) -> str:
     """What ``target_model = "auto"`` loads on ``device``: the Qwen2.5-Coder 0.5B on a CPU (the
     best answers within the time goal on 2 cores), the 1.5B on CUDA (with the 0.5B as draft)."""
     return QWEN_CODER_15B.name if resolve_device(device).type == "cuda" else QWEN_CODER_05B.name
-from ingestion.stores.database import mask_url
 
 
 class Settings(BaseSettings):
-    """OpsCopilot configuration (env prefix ``COPILOT_``, e.g. ``COPILOT_TOP_K=8``)."""
+    """OpsCopilot configuration (env prefix ``COPILOT_``, e.g. ``COPILOT_MAX_SOURCES=8``)."""
 
     model_config = SettingsConfigDict(env_prefix="COPILOT_", env_file=".env", extra="ignore")
 
@@ -49,8 +56,8 @@ class Settings(BaseSettings):
 
     # models and decoding
     target_model: str = Field(AUTO_TARGET, description="auto (on CPU embedded:qwen2.5-coder-0.5b-instruct, on CUDA "
-                              "embedded:qwen2.5-coder-1.5b-instruct: chosen by measurement, see the README), an "
-                              "embedded:... name, or any HF id or local path")
+                              "embedded:qwen2.5-coder-1.5b-instruct: chosen by measurement, see "
+                              "evals/results/README.md), an embedded:... name, or any HF id or local path")
     draft_model: str | None = Field(
         "auto", description="auto (the same-family embedded:qwen2.5-coder-0.5b-instruct for the embedded 1.5B "
         "target; on CPU otherwise derived:int4 built in the background and kept only when its calibration shows it "
@@ -72,14 +79,17 @@ class Settings(BaseSettings):
                            "(20: no false stop on the 112 documents of both corpora but one)")
 
     # retrieval and prompting
-    top_k: int | None = Field(None, ge=1, le=100, description="source documents per question (default: the "
+    max_sources: int | None = Field(None, ge=1, le=100, description="source documents per question (default: the "
                               "prompt style's)")
     prompt_style: str = Field("default", description="how sources are shown to the model: default (the measured "
                               "best for the target's family) or a name from "
                               "copilot.prompting.PROMPT_STYLES (tuned by copilot eval answers)")
-    max_new_tokens: int = Field(256, ge=0)
-    max_new_tokens_cap: int = Field(1024, ge=1, description="requests asking for more get 422")
+    max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=0, description="answer budget when a request names none "
+                                "(tokens)")
+    max_new_tokens_cap: int = Field(1024, ge=1, description="requests asking for more get a 400")
     max_prompt_tokens: int = Field(2048, ge=256, description="prompt budget (passages + history + question)")
+    max_model_len: int | None = Field(None, ge=512, description="context window used (prompt + answer, tokens), "
+                                      "at most the target's own (default: the target's)")
     max_question_chars: int = Field(4000, ge=1)
     min_support: float = Field(MIN_SUPPORT, ge=0.0, le=1.0, description="answer 'not found' when the best evidence "
                                "line's similarity to the question is below this (0 = only the named-entity rule)")
@@ -102,7 +112,8 @@ class Settings(BaseSettings):
     job_lease_s: float = Field(30.0, ge=1, le=3600, description="an ingest job whose replica sent no heartbeat for "
                                "this long (s) is marked interrupted")
     retry_after_s: int = Field(5, ge=1, le=3600, description="minimum Retry-After hint when the queue is full (s)")
-    model_alias: str = Field("opscopilot", min_length=1, description="model id served by /v1/models besides the target's")
+    model_alias: str = Field("opscopilot", min_length=1,
+                             description="model id served by /v1/models besides the target's")
     public_reads: bool = Field(False, description="with API keys set, let GET /v1/documents, /v1/search, ask, chat "
                                "and /v1/models be used without a key (ask/chat still need one with "
                                "require_key_for_ask)")
@@ -114,6 +125,15 @@ class Settings(BaseSettings):
     openai_sources_footer: bool = Field(True, description="append the numbered sources to the chat completion's "
                                         "message content (what Open WebUI and LangChain show); they are always in "
                                         "the extra 'sources' field")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        """Settings renamed since an earlier release: a clear error rather than silently ignored."""
+        given = set(data) if isinstance(data, dict) else set()
+        if "top_k" in given or "COPILOT_TOP_K" in os.environ:
+            raise ValueError("the top_k setting (COPILOT_TOP_K) was renamed max_sources (COPILOT_MAX_SOURCES)")
+        return data
 
     @model_validator(mode="after")
     def _resolve_target(self) -> "Settings":
@@ -148,9 +168,10 @@ class Settings(BaseSettings):
         return v
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(
+            cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, dotenv_settings]
         config_file = os.environ.get("COPILOT_CONFIG_FILE")
         if config_file:

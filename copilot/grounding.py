@@ -28,7 +28,7 @@ from copilot.quotes import token_kind, trim_token
 #: Entity kinds a question names that a source must hold (dates are matched on their own).
 ENTITY_KINDS = frozenset({"ticket", "error", "host", "name", "path", "setting"})
 #: The best evidence line's cosine similarity to the question below which the sources do not
-#: answer it (all-MiniLM-L6-v2; chosen on the three question sets, see the README).
+#: answer it (all-MiniLM-L6-v2; chosen on the three question sets, see evals/results/README.md).
 MIN_SUPPORT = 0.36
 
 _MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|" \

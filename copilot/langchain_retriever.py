@@ -1,6 +1,6 @@
 """The hybrid retriever as a LangChain retriever, so it plugs into existing chains.
 
-    retriever = OpsCopilotRetriever.from_store(store, top_k=5)
+    retriever = OpsCopilotRetriever.from_store(store, k=5)
     docs = retriever.invoke("How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?")
 
 Each ``Document`` carries the chunk text and its metadata plus ``chunk_id``, ``doc_id``,
@@ -16,8 +16,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
-from copilot.retrieval import HybridRetriever
 from copilot.filters import Filters
+from copilot.retrieval import HybridRetriever
 from ingestion.documents import SearchFilter
 from ingestion.store import ChunkStore
 
@@ -27,7 +27,8 @@ class OpsCopilotRetriever(BaseRetriever):
 
     Attributes:
         retriever: the :class:`HybridRetriever` to query.
-        top_k: documents returned per query (more than the collection holds is fine).
+        k: passages returned per query, as in LangChain's ``search_kwargs={"k": ...}`` (more than
+            the collection holds is fine).
         filters: metadata filters (document types, source, ticket key, date range).
         mode: ``hybrid``, ``dense`` or ``bm25``.
     """
@@ -35,7 +36,7 @@ class OpsCopilotRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     retriever: HybridRetriever
-    top_k: int = Field(5, ge=1, le=100)
+    k: int = Field(5, ge=1, le=100)
     filters: Filters | None = None
     mode: str = Field("hybrid", pattern="^(hybrid|dense|bm25)$")
 
@@ -48,7 +49,7 @@ class OpsCopilotRetriever(BaseRetriever):
         return self.filters.to_search_filter() if self.filters else None
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        passages = self.retriever.retrieve(query, self.top_k, self._search_filter(), mode=self.mode)
+        passages = self.retriever.retrieve(query, self.k, self._search_filter(), mode=self.mode)
         return [Document(page_content=p.chunk.text, id=p.chunk.chunk_id,
                          metadata={**p.chunk.metadata, "chunk_id": p.chunk.chunk_id, "doc_id": p.chunk.doc_id,
                                    "n": p.n, "score": p.score})

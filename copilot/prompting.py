@@ -23,7 +23,8 @@ from transformers import PreTrainedTokenizerBase
 from copilot.citations import strip_citations
 from copilot.sources import Source
 
-NO_CONTEXT_ANSWER = "I found no logbook entries or tickets to answer from: the document store is empty or nothing matched."
+NO_CONTEXT_ANSWER = ("I found no logbook entries or tickets to answer from: the document store is empty or "
+                     "nothing matched.")
 
 
 class PromptTooLongError(ValueError):
@@ -158,23 +159,33 @@ def format_source(source: Source, passages: str = "chunks") -> str:
     return f"[{source.n}] {source.header}\n{body.strip()}"
 
 
-def _render(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, blocks: list[str],
-            history: list[ChatTurn], question: str) -> list[int]:
-    """Chat-template the prompt; ``blocks`` are the formatted sources, best first."""
-    shown = list(reversed(blocks)) if style.best_last else blocks
-    context = "\n\n".join(shown) if shown else "(no sources)"
-    ask = f"{question}\n{style.answer_hint}" if style.answer_hint else question
-    messages = [{"role": "system", "content": style.system}]
-    messages += [{"role": t.role, "content": t.content} for t in history]
-    messages.append({"role": "user", "content": f"Sources:\n\n{context}\n\nQuestion: {ask}"})
+def _system(style: PromptStyle, instructions: str) -> str:
+    """OpsCopilot's instructions, then the client's own (its system message), if any."""
+    return f"{style.system}\n\n{instructions}" if instructions else style.system
+
+
+def _template(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
     return list(ids)
 
 
-def bare_prompt_tokens(tokenizer: PreTrainedTokenizerBase, question: str, style: PromptStyle | None = None) -> int:
+def _render(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, blocks: list[str],
+            history: list[ChatTurn], question: str, instructions: str = "") -> list[int]:
+    """Chat-template the prompt; ``blocks`` are the formatted sources, best first."""
+    shown = list(reversed(blocks)) if style.best_last else blocks
+    context = "\n\n".join(shown) if shown else "(no sources)"
+    ask = f"{question}\n{style.answer_hint}" if style.answer_hint else question
+    messages = [{"role": "system", "content": _system(style, instructions)}]
+    messages += [{"role": t.role, "content": t.content} for t in history]
+    messages.append({"role": "user", "content": f"Sources:\n\n{context}\n\nQuestion: {ask}"})
+    return _template(tokenizer, messages)
+
+
+def bare_prompt_tokens(tokenizer: PreTrainedTokenizerBase, question: str, style: PromptStyle | None = None,
+                       instructions: str = "") -> int:
     """Tokens of the prompt with the instructions and the question only (no sources, no history)."""
-    return len(_render(tokenizer, style or PROMPT_STYLES[DEFAULT_STYLE], [], [], question))
+    return len(_render(tokenizer, style or PROMPT_STYLES[DEFAULT_STYLE], [], [], question, instructions))
 
 
 def clean_history(history: list[ChatTurn]) -> list[ChatTurn]:
@@ -183,8 +194,10 @@ def clean_history(history: list[ChatTurn]) -> list[ChatTurn]:
 
 
 def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: list[Source], budget_tokens: int,
-                 history: list[ChatTurn] | None = None, style: PromptStyle | None = None) -> BuiltPrompt:
-    """Fit instructions, question, sources and then history into ``budget_tokens``.
+                 history: list[ChatTurn] | None = None, style: PromptStyle | None = None,
+                 instructions: str = "") -> BuiltPrompt:
+    """Fit instructions (OpsCopilot's, then ``instructions``: the client's system message),
+    question, sources and then history into ``budget_tokens``.
 
     Sources are added in rank order while they fit; one
     that does not fit whole is tried as its evidence lines; a later, shorter one may
@@ -197,7 +210,7 @@ def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: lis
     """
     style = style or PROMPT_STYLES[DEFAULT_STYLE]
     history = clean_history(list(history or []))
-    bare = len(_render(tokenizer, style, [], [], question))
+    bare = len(_render(tokenizer, style, [], [], question, instructions))
     if bare > budget_tokens:
         raise PromptTooLongError(f"the question needs {bare} prompt tokens; the budget is {budget_tokens}")
     chosen: list[Source] = []
@@ -206,7 +219,7 @@ def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: lis
         candidate = replace(source, n=len(chosen) + 1)
         for mode in dict.fromkeys([style.passages, "highlights"]):  # whole, else its evidence lines
             block = format_source(candidate, mode)
-            if len(_render(tokenizer, style, blocks + [block], [], question)) <= budget_tokens:
+            if len(_render(tokenizer, style, blocks + [block], [], question, instructions)) <= budget_tokens:
                 chosen.append(candidate)
                 blocks.append(block)
                 break
@@ -215,11 +228,50 @@ def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: lis
                                  f"tokens (the question needs {bare}); shorten the question")
     kept: list[ChatTurn] = []
     for turn in reversed(history):
-        if len(_render(tokenizer, style, blocks, [turn] + kept, question)) > budget_tokens:
+        if len(_render(tokenizer, style, blocks, [turn] + kept, question, instructions)) > budget_tokens:
             break
         kept.insert(0, turn)
-    ids = _render(tokenizer, style, blocks, kept, question)
+    ids = _render(tokenizer, style, blocks, kept, question, instructions)
     context_ids = [tokenizer(p.chunk.text, add_special_tokens=False)["input_ids"]
                    for s in sources for p in s.passages]
     return BuiltPrompt(ids, chosen, context_ids, len(kept))
 
+
+
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, question: str, budget_tokens: int,
+                history: list[ChatTurn] | None = None, instructions: str = "") -> BuiltPrompt:
+    """The messages as sent, chat-templated, without sources (retrieval off): the client's
+    system message (if any), then history newest first while it fits ``budget_tokens``, then
+    ``question``.
+
+    Raises:
+        PromptTooLongError: the system message and the question alone exceed the budget.
+    """
+    system = [{"role": "system", "content": instructions}] if instructions else []
+    last = [{"role": "user", "content": question}]
+    history = list(history or [])
+
+    def render(turns: list[ChatTurn]) -> list[int]:
+        return _template(tokenizer, system + [{"role": t.role, "content": t.content} for t in turns] + last)
+
+    bare = len(render([]))
+    if bare > budget_tokens:
+        raise PromptTooLongError(f"the messages need {bare} prompt tokens; the budget is {budget_tokens}")
+    kept: list[ChatTurn] = []
+    for turn in reversed(history):
+        if len(render([turn] + kept)) > budget_tokens:
+            break
+        kept.insert(0, turn)
+    return BuiltPrompt(render(kept), [], [], len(kept))
+
+
+def completion_prompt(tokenizer: PreTrainedTokenizerBase, text: str, budget_tokens: int) -> BuiltPrompt:
+    """``text`` as the whole prompt (no chat template, no sources), as ``/v1/completions`` takes it.
+
+    Raises:
+        PromptTooLongError: ``text`` is over ``budget_tokens`` tokens.
+    """
+    ids = list(tokenizer(text)["input_ids"])
+    if len(ids) > budget_tokens:
+        raise PromptTooLongError(f"the prompt has {len(ids)} tokens; the budget is {budget_tokens}")
+    return BuiltPrompt(ids, [], [], 0)

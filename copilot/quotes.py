@@ -33,8 +33,8 @@ MAX_LEAD_WORDS = 3
 
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.MULTILINE | re.DOTALL)
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
-_VALUE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?\s?(?:%|(?:[KMGTPE]i?B|[KMGTP](?=\s|$)|[kMGT]?bps|[KMGT]B/s|ms|s|sec|seconds?|mins?|"
-                    r"minutes?|h|hours?|days?|Gb|Mb|[kKMG]Hz|W|kW|°C|C)(?![\w/]))")
+_VALUE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?\s?(?:%|(?:[KMGTPE]i?B|[KMGTP](?=\s|$)|[kMGT]?bps|[KMGT]B/s|"
+                    r"ms|s|sec|seconds?|mins?|minutes?|h|hours?|days?|Gb|Mb|[kKMG]Hz|W|kW|°C|C)(?![\w/]))")
 _SPACED_SETTING = re.compile(r"(?<![\w.])[A-Za-z_][\w.]*[A-Za-z0-9_](?: = ?| ?= )[^\s,;'\"`)]*[^\s,;.:'\"`)]")
 _TOKEN = re.compile(r"\S+")
 _CITED_END = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]$")
@@ -49,7 +49,8 @@ _KINDS: list[tuple[str, re.Pattern]] = [
     ("path", re.compile(r"^(?:~?/|\./|\.\./)[^\s/]*(?:/[^\s/]*)*[\w/]$")),
     ("path", re.compile(r"^(?=\S*[\d.-])[\w.{},*~-]+(?:/[\w.{},*~-]+)+/?$")),  # relative: logs/x.log, et-0/0/2
     ("setting", re.compile(r"^[A-Za-z_][\w.-]*=\S+$")),
-    ("host", re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?|(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.[\w-]{2,}(?::\d+)?)$")),
+    ("host", re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?"  # an IPv4 address, or a dotted name
+                        r"|(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.[\w-]{2,}(?::\d+)?)$")),
     ("name", re.compile(r"^(?=[\w@:.-]*\d)(?=[\w@:.-]*[A-Za-z])[A-Za-z][\w-]*\d[\w-]*$|^\S*@\S+$|^\w+::\w+"
                         r"|^[A-Za-z][\w-]*_[\w-]*$"  # snake_case identifiers: condor_reconfig, rx_missed_errors
                         r"|^(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}$")),  # commit and object ids
@@ -175,6 +176,69 @@ def trim_token(text: str, start: int) -> tuple[str, int]:
     return text, start + lead
 
 
+class _Marks:
+    """The literals found so far in ``text`` and the characters they (or skipped spans) cover."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.found: list[Literal] = []
+        self.taken = [False] * len(text)
+
+    def free(self, start: int, end: int) -> bool:
+        return not any(self.taken[start:end])
+
+    def cover(self, start: int, end: int) -> None:
+        self.taken[start:end] = [True] * (end - start)
+
+    def take(self, start: int, end: int, kind: str) -> None:
+        if end > start and self.free(start, end):
+            self.found.append(Literal(self.text[start:end], kind, start, end))
+            self.cover(start, end)
+
+
+def _take_code(marks: _Marks) -> None:
+    """Fenced blocks (line by line) and inline code spans; each whole span is covered."""
+    text = marks.text
+    for m in _FENCE.finditer(text):
+        offset = m.start(2)
+        for line in m.group(2).splitlines(keepends=True):
+            body = line.strip()
+            if body:
+                s = offset + line.index(body)
+                marks.take(s, s + len(body), "code")
+            offset += len(line)
+        marks.cover(m.start(), m.end())
+    for m in _CODE_SPAN.finditer(text):
+        if not marks.free(m.start(), m.end()):
+            continue
+        inner, s = m.group(2), m.start(2)
+        if inner.startswith(" ") and inner.endswith(" ") and inner.strip():
+            inner, s = inner[1:-1], s + 1
+        inner = _CITED_END.sub("", inner)  # a citation copied into the span: `cmd [1]`
+        if inner.strip():
+            marks.take(s, s + len(inner), "code")
+        marks.cover(m.start(), m.end())
+
+
+def _take_tokens(marks: _Marks) -> None:
+    """Per line: command runs (:func:`_command_runs`), then single technical tokens."""
+    for line_start, line in _lines(marks.text):
+        tokens = []
+        for m in _TOKEN.finditer(line):
+            s = line_start + m.start()
+            if not marks.free(s, s + len(m.group())):
+                tokens.append(None)
+                continue
+            word, ws = trim_token(m.group(), s)
+            tokens.append((word, ws, token_kind(word), m.group()) if word else None)
+        for run in _command_runs(tokens):
+            first, last = run[0], run[-1]
+            marks.take(first[1], last[1] + len(last[0]), "command")
+        for t in tokens:
+            if t is not None and t[2] is not None:
+                marks.take(t[1], t[1] + len(t[0]), t[2])
+
+
 def extract_literals(text: str) -> list[Literal]:
     """Every literal of ``text``, in text order, none overlapping another.
 
@@ -188,54 +252,14 @@ def extract_literals(text: str) -> list[Literal]:
     Returns:
         :class:`Literal` s with ``text[lit.start:lit.end] == lit.text``.
     """
-    found: list[Literal] = []
-    taken = [False] * len(text)
-
-    def take(start: int, end: int, kind: str) -> None:
-        if end > start and not any(taken[start:end]):
-            found.append(Literal(text[start:end], kind, start, end))
-            taken[start:end] = [True] * (end - start)
-
-    for m in _FENCE.finditer(text):
-        offset = m.start(2)
-        for line in m.group(2).splitlines(keepends=True):
-            body = line.strip()
-            if body:
-                s = offset + line.index(body)
-                take(s, s + len(body), "code")
-            offset += len(line)
-        taken[m.start():m.end()] = [True] * (m.end() - m.start())
-    for m in _CODE_SPAN.finditer(text):
-        if any(taken[m.start():m.end()]):
-            continue
-        inner, s = m.group(2), m.start(2)
-        if inner.startswith(" ") and inner.endswith(" ") and inner.strip():
-            inner, s = inner[1:-1], s + 1
-        inner = _CITED_END.sub("", inner)  # a citation copied into the span: `cmd [1]`
-        if inner.strip():
-            take(s, s + len(inner), "code")
-        taken[m.start():m.end()] = [True] * (m.end() - m.start())
+    marks = _Marks(text)
+    _take_code(marks)
     for m in _SPACED_SETTING.finditer(text):
-        take(m.start(), m.end(), "setting")
+        marks.take(m.start(), m.end(), "setting")
     for m in _VALUE.finditer(text):
-        take(m.start(), m.end(), "value")
-    for line_start, line in _lines(text):
-        tokens = []
-        for m in _TOKEN.finditer(line):
-            s = line_start + m.start()
-            if any(taken[s:s + len(m.group())]):
-                tokens.append(None)
-                continue
-            word, ws = trim_token(m.group(), s)
-            tokens.append((word, ws, token_kind(word), m.group()) if word else None)
-        for run in _command_runs(tokens):
-            first, last = run[0], run[-1]
-            take(first[1], last[1] + len(last[0]), "command")
-        for t in tokens:
-            if t is not None and t[2] is not None:
-                take(t[1], t[1] + len(t[0]), t[2])
-    found.sort(key=lambda lit: lit.start)
-    return found
+        marks.take(m.start(), m.end(), "value")
+    _take_tokens(marks)
+    return sorted(marks.found, key=lambda lit: lit.start)
 
 
 def _lines(text: str):

@@ -136,7 +136,7 @@ class HybridRetriever:
 
     Args:
         store: the chunk store.
-        candidates: hits fetched from each retriever before fusion (>= top_k).
+        candidates: hits fetched from each retriever before fusion (>= ``k``).
         rrf_k: the RRF constant.
         dense_weight: weight of the dense ranking in the fusion.
         bm25_weight: weight of the BM25 ranking in the fusion.
@@ -150,9 +150,9 @@ class HybridRetriever:
         self.dense_weight = dense_weight
         self.bm25_weight = bm25_weight
 
-    def retrieve(self, question: str, top_k: int, flt: SearchFilter | None = None,
+    def retrieve(self, question: str, k: int, flt: SearchFilter | None = None,
                  mode: str = "hybrid") -> list[Passage]:
-        """The ``top_k`` best passages for ``question`` (fewer when the store is smaller).
+        """The ``k`` best passages for ``question`` (fewer when the store is smaller).
 
         Documents are ranked by document-level weighted RRF (see the module docstring);
         each document's best chunk stands at its document's rank, and its other chunks
@@ -161,11 +161,11 @@ class HybridRetriever:
 
         Args:
             question: free text.
-            top_k: passages wanted (>= 1); more than the collection holds is fine.
+            k: passages (chunks) wanted (>= 1); more than the collection holds is fine.
             flt: metadata filter applied to both retrievers.
             mode: ``"hybrid"``, ``"dense"`` or ``"bm25"``.
         """
-        n = max(self.candidates, top_k)
+        n = max(self.candidates, k)
         chunks: dict[str, Chunk] = {}
         rankings: list[list[str]] = []
         weights: list[float] = []
@@ -183,7 +183,7 @@ class HybridRetriever:
         doc_scores = rrf_fuse(rankings, self.rrf_k, weights, group=lambda cid: chunks[cid].doc_id)
         if mode == "hybrid":
             self._boost_named(question, flt, chunks, scores)
-        ranked = _document_order(scores, doc_scores, chunks)[:top_k]
+        ranked = _document_order(scores, doc_scores, chunks)[:k]
         return [Passage(i + 1, chunks[cid], score) for i, (cid, score) in enumerate(ranked)]
 
     def _boost_named(self, question: str, flt: SearchFilter | None, chunks: dict[str, Chunk],

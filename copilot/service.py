@@ -2,30 +2,43 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import torch
 
-from copilot.config import Settings
 from copilot.citations import CitationFilter, cited_numbers
-from copilot.prompting import (NO_CONTEXT_ANSWER, PROMPT_STYLES, BuiltPrompt, ChatTurn, PromptStyle,
-                               PromptTooLongError, bare_prompt_tokens, build_prompt, style_name)
+from copilot.config import Settings
 from copilot.grounding import DocumentText, Grounding, assess, entity_order, not_found_answer, question_entities
+from copilot.prompting import (
+    NO_CONTEXT_ANSWER,
+    PROMPT_STYLES,
+    BuiltPrompt,
+    ChatTurn,
+    PromptStyle,
+    PromptTooLongError,
+    bare_prompt_tokens,
+    build_prompt,
+    chat_prompt,
+    completion_prompt,
+    style_name,
+)
+from copilot.question import Mode, Question
 from copilot.quotes import Quote, Unverified, check_literals
 from copilot.retrieval import HybridRetriever, Passage
 from copilot.sources import Source, group_by_document, with_highlights
 from decoding import GenerationConfig, SpeculativeEngine
-from decoding.derived_draft import AUTO_DRAFT, DERIVED_PREFIX, LEAN_DRAFT, derive_draft
+from decoding.config import GenerationSettingError
+from decoding.derived_draft import LEAN_DRAFT
+from decoding.draft_plan import attach_when_ready, draft_model_plan, lean_draft_loader, load_draft
 from decoding.engine import GenerationResult, StreamEvent
-from decoding.logits import effective_settings
+from decoding.lean_draft import LeanDraftLoader
+from decoding.models import load_model
 from decoding.stats import GenerationStats
-from decoding.lean_draft import MIN_AGREEMENT, MIN_STEP_RATIO, LeanDraftLoader
-from decoding.embedded import QWEN_CODER_05B, QWEN_CODER_15B, find_embedded
-from decoding.models import LoadedModel, load_model, resolve_device
 from ingestion.documents import SearchFilter
 from ingestion.store import ChunkStore, open_store
 
@@ -34,13 +47,18 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Prepared:
-    """A question ready to decode: its prompt, passages and generation settings."""
+    """A question ready to decode: the checked question, its prompt and sources, and whether
+    the sources can answer it."""
 
-    question: str
+    question: Question
     prompt: BuiltPrompt
-    config: GenerationConfig
     retrieval_ms: float
     grounding: Grounding = field(default_factory=lambda: Grounding(True))
+
+    @property
+    def config(self) -> GenerationConfig:
+        """The engine's settings for this question."""
+        return self.question.config
 
 
 @dataclass
@@ -107,63 +125,19 @@ class AnswerAssembler:
             stats, reason = self.result.stats.to_dict(), self.result.finish_reason
         else:
             stats, reason = {"prompt_tokens": len(prompt.input_ids)}, stopped_reason
+        stats["retrieval_ms"] = round(self.prepared.retrieval_ms, 2)
+        stats["finish_reason"] = reason
+        if not self.prepared.question.retrieves:  # the messages as sent: nothing to cite or check against
+            return Answer(self.text, [], stats, reason)
         if not prompt.sources:
             stats["no_context"] = True
         grounding = self.prepared.grounding
-        checked = check_literals(self.text, prompt.sources, self.prepared.question)
-        stats["retrieval_ms"] = round(self.prepared.retrieval_ms, 2)
-        stats["finish_reason"] = reason
+        checked = check_literals(self.text, prompt.sources, self.prepared.question.text)
         stats["invalid_citations"] = self.invalid_citations
         stats["grounding"] = grounding.to_dict()
         stats["literals"] = {"quoted": len(checked.quotes), "unverified": len(checked.unverified)}
         return Answer(self.text, prompt.sources, stats, reason, cited_numbers(self.text), self.invalid_citations,
                       checked.quotes, checked.unverified, not grounding.answerable)
-
-
-
-
-def auto_draft_plan(settings: Settings) -> str | None:
-    """What ``draft_model = "auto"`` uses here: the embedded Qwen2.5-Coder 0.5B for the embedded
-    1.5B target (same family, same tokenizer); on a CPU otherwise ``derived:int4`` (the lean
-    packed-int4 copy, :mod:`decoding.lean_draft`, kept only when its calibration at start shows
-    it pays); none elsewhere. ``None`` when no draft model will be tried."""
-    if settings.draft_model != AUTO_DRAFT:
-        return None
-    if find_embedded(settings.target_model) is QWEN_CODER_15B:
-        return QWEN_CODER_05B.name
-    return LEAN_DRAFT if resolve_device(settings.device).type == "cpu" else None
-
-
-def draft_model_plan(settings: Settings) -> str:
-    """One line for ``copilot config``: which draft model the service will load and how."""
-    spec = settings.draft_model
-    if not spec:
-        return "none (COPILOT_DRAFT_MODEL is empty): the n-gram drafter alone"
-    if spec != AUTO_DRAFT:
-        return f"{spec}, loaded at start"
-    plan = auto_draft_plan(settings)
-    if plan == LEAN_DRAFT:
-        return ("auto: derived:int4 built in the background at start (n-gram drafting meanwhile) and kept "
-                f"only if its calibration shows it >= {MIN_STEP_RATIO}x cheaper per step than the target and "
-                f"agreeing on >= {MIN_AGREEMENT:.0%} of tokens; the outcome is logged and in /readyz")
-    if plan:
-        return f"auto: {plan} (same family and tokenizer), loaded at start"
-    return "auto: none on this device (derived:int4 is a CPU recipe): the n-gram drafter alone"
-
-
-def load_draft(settings: Settings, target: LoadedModel) -> LoadedModel | None:
-    """The draft model to load with the target: none, one derived from the target, the
-    same-family embedded draft (``auto`` with the embedded 1.5B target) or any HF id/path
-    (``auto`` otherwise and ``derived:int4`` are built by :class:`CopilotService`, which
-    calibrates them)."""
-    spec = settings.draft_model
-    if spec == AUTO_DRAFT:
-        spec = auto_draft_plan(settings)
-    if not spec or spec == LEAN_DRAFT:
-        return None
-    if spec.startswith(DERIVED_PREFIX):
-        return derive_draft(target, spec, cache_dir=settings.model_cache_dir)
-    return load_model(spec, device=settings.device, dtype=settings.dtype, cache_dir=settings.model_cache_dir)
 
 
 class AnswerFeed:
@@ -172,11 +146,19 @@ class AnswerFeed:
     sources is removed from the deltas and the result's text. Push-style, so a scheduler that
     steps many answers in one batch can feed each its own events."""
 
-    def __init__(self, n_sources: int) -> None:
-        self.citations = CitationFilter(n_sources)
+    def __init__(self, n_sources: int | None) -> None:
+        self.citations = CitationFilter(n_sources) if n_sources is not None else None
+
+    @classmethod
+    def for_prepared(cls, prepared: Prepared) -> "AnswerFeed":
+        """The feed for a prepared question: citations checked against its sources (``rag``),
+        the text as generated otherwise."""
+        return cls(len(prepared.prompt.sources) if prepared.question.retrieves else None)
 
     def convert(self, event: StreamEvent) -> AnswerEvent:
         """The answer event for an engine event (the last one carries the result)."""
+        if self.citations is None:
+            return AnswerEvent(event.delta, event.result)
         delta = self.citations.push(event.delta)
         if event.result is None:
             return AnswerEvent(delta)
@@ -202,6 +184,8 @@ class CopilotService:
         model_type = getattr(getattr(getattr(engine, "target", None), "model", None), "config", None)
         self.style_name = style_name(settings.prompt_style, getattr(model_type, "model_type", None))
         self.style: PromptStyle = PROMPT_STYLES[self.style_name]
+        #: Source documents per question when a request names none (resolved once).
+        self.max_sources: int = settings.max_sources or self.style.max_sources
         self.draft_loader: LeanDraftLoader | None = None
         self._draft_attach: threading.Thread | None = None
         if engine is None:
@@ -209,7 +193,7 @@ class CopilotService:
         elif getattr(engine, "draft", None) is not None:  # test doubles of the engine may have none
             self._draft_status = f"{engine.draft.name}: loaded"
         else:
-            self._draft_status = draft_model_plan(settings)
+            self._draft_status = draft_model_plan(settings.draft_model, settings.target_model, settings.device)
 
     @property
     def draft_status(self) -> str:
@@ -222,30 +206,31 @@ class CopilotService:
         return f"{loader.reason} (attaching)" if attaching else loader.reason
 
     def start_auto_draft(self) -> None:
-        """Build and calibrate ``derived:int4`` (:class:`~decoding.lean_draft.LeanDraftLoader`)
+        """Build and calibrate ``derived:int4`` (:func:`~decoding.draft_plan.lean_draft_loader`)
         and attach it to the engine with its measured step cost and agreement (the policy's
         prior for it). ``draft_model = "auto"`` on CPU: on a background thread while the
         engine serves with n-gram drafting, attached only when its calibration pays (else the
         reason is logged). ``draft_model = "derived:int4"``: here and now, attached whatever
         its calibration says (asked for explicitly)."""
-        spec = self.settings.draft_model
-        explicit = spec == LEAN_DRAFT
-        lean_auto = auto_draft_plan(self.settings) == LEAN_DRAFT
-        if self.engine is None or self.draft_loader is not None or not (explicit or lean_auto):
+        settings, engine = self.settings, self.engine
+        if engine is None or self.draft_loader is not None:
             return
-        engine = self.engine
-        loader = LeanDraftLoader(engine.target, self.settings.model_cache_dir, require_pay=not explicit)
+        loader = lean_draft_loader(settings.draft_model, engine.target, target_model=settings.target_model,
+                                   device=settings.device, cache_dir=settings.model_cache_dir)
+        if loader is None:
+            return
         self.draft_loader = loader.start()
-
-        def attach() -> None:
-            if loader.wait() and loader.calibration is not None:
-                engine.attach_draft(loader.draft, loader.calibration.draft_ms, agreement=loader.calibration.agreement)
-            log.info("draft model (%s): %s", spec, loader.reason)
-
-        self._draft_attach = threading.Thread(target=attach, name="draft-attach", daemon=True)
+        self._draft_attach = threading.Thread(target=attach_when_ready, args=(engine, loader, settings.draft_model),
+                                              name="draft-attach", daemon=True)
         self._draft_attach.start()
-        if explicit:
+        if settings.draft_model == LEAN_DRAFT:
             self.wait_for_draft()
+
+    def stop_background(self, timeout_s: float = 60.0) -> None:
+        """Cancel a background draft build and join its threads (seconds), before the process exits."""
+        if self.draft_loader is not None:
+            self.draft_loader.cancel(timeout_s)
+        self.wait_for_draft(timeout_s)
 
     def wait_for_draft(self, timeout_s: float | None = None) -> None:
         """Block until the background draft build (if any) is attached or refused (seconds)."""
@@ -264,7 +249,9 @@ class CopilotService:
         if load_models:
             target = load_model(settings.target_model, device=settings.device, dtype=settings.dtype,
                                 cache_dir=settings.model_cache_dir)
-            engine = SpeculativeEngine(target, load_draft(settings, target), max_ngram=settings.max_ngram,
+            draft = load_draft(settings.draft_model, target, target_model=settings.target_model, device=settings.device,
+                               dtype=settings.dtype, cache_dir=settings.model_cache_dir)
+            engine = SpeculativeEngine(target, draft, max_ngram=settings.max_ngram,
                                        min_ngram=settings.min_ngram, answer_history=settings.answer_history,
                                        max_speculative_tokens=settings.num_speculative_tokens)
         service = cls(settings, store, engine)
@@ -277,6 +264,23 @@ class CopilotService:
         """The target model's id or path as configured."""
         return self.settings.target_model
 
+    @property
+    def context_length(self) -> int | None:
+        """The context window in tokens: the target's, capped by ``max_model_len`` (None without a model)."""
+        if self.engine is None:
+            return None
+        return min(self.engine.target.max_positions, self.settings.max_model_len or self.engine.target.max_positions)
+
+    @property
+    def fingerprint(self) -> str:
+        """OpenAI's ``system_fingerprint``: ``fp_`` and 12 hex digits of a hash of what decides
+        an answer besides the request — the target and embedding models, dtype, device, prompt
+        style and the retrieval and answer settings. It changes when any of them does."""
+        s = self.settings
+        parts = (s.target_model, s.dtype, s.device, s.embedding_model or "default", self.style_name, self.max_sources,
+                 s.max_prompt_tokens, s.min_support, s.loop_stop, s.loop_span)
+        return "fp_" + hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
+
     def count_tokens(self, text: str) -> int:
         """Number of target-tokenizer tokens in ``text`` (no special tokens; 0 without a model)."""
         if not text or self.engine is None:
@@ -286,64 +290,87 @@ class CopilotService:
     def generation_config(self, max_new_tokens: int | None = None, **overrides) -> GenerationConfig:
         """Defaults from the settings, ``overrides`` (:class:`GenerationConfig` fields) on top.
 
+        Args:
+            max_new_tokens: the answer budget in tokens (default: the ``max_new_tokens`` setting).
         Raises:
-            ValueError: ``max_new_tokens`` above the cap.
-            decoding.config.GenerationSettingError: a setting out of range, a token id outside
-                the target's vocabulary, or a checkpoint setting the engine cannot apply
-                exactly (``field`` names it; a ValueError).
+            decoding.config.GenerationSettingError: ``max_new_tokens`` above ``max_new_tokens_cap``,
+                or a setting out of range (``field`` names it; a ValueError).
         """
         n = self.settings.max_new_tokens if max_new_tokens is None else max_new_tokens
         if n > self.settings.max_new_tokens_cap:
-            raise ValueError(f"max_new_tokens={n} exceeds the configured cap {self.settings.max_new_tokens_cap}")
+            raise GenerationSettingError("max_new_tokens", f"{n} exceeds the configured cap "
+                                         f"{self.settings.max_new_tokens_cap}")
         overrides.setdefault("drafting", self.settings.drafting)
         overrides.setdefault("num_speculative_tokens", self.settings.num_speculative_tokens)
         overrides.setdefault("loop_span", self.settings.loop_span if self.settings.loop_stop else 0)
-        config = GenerationConfig(max_new_tokens=n, **overrides)
-        if self.engine is not None:  # token ids against the vocabulary, now rather than mid-stream
-            target = self.engine.target
-            effective_settings(config, target.generation_defaults, target.model.config.vocab_size)
-        return config
+        return GenerationConfig(max_new_tokens=n, **overrides)
 
     def warm_up(self) -> None:
         """Load the embedding model and touch both indexes now, not on the first request (seconds)."""
         self.retriever.retrieve("warm-up", 1)
 
     def prompt_budget(self, config: GenerationConfig) -> int:
-        """Prompt tokens allowed: ``max_prompt_tokens``, capped by the context window minus the answer budget."""
-        return min(self.settings.max_prompt_tokens, self.engine.target.max_positions - config.max_new_tokens)
+        """Prompt tokens allowed: ``max_prompt_tokens``, capped by the context window
+        (:attr:`context_length`) minus the answer budget."""
+        return min(self.settings.max_prompt_tokens, self.context_length - config.max_new_tokens)
 
-    def check(self, question: str, config: GenerationConfig | None = None) -> str:
-        """The cheap checks :meth:`prepare` starts with (no retrieval); returns the stripped question.
+    def question(self, text: str, *, mode: Mode = "rag", max_sources: int | None = None,
+                 flt: SearchFilter | None = None, history: Sequence[ChatTurn] = (), instructions: str = "",
+                 max_new_tokens: int | None = None, **generation) -> Question:
+        """Check a request and resolve its defaults, once (no retrieval yet).
 
+        Args:
+            text: the question; for ``mode="completion"`` the whole prompt.
+            max_sources: source documents to show (default: the ``max_sources`` setting, else
+                the prompt style's).
+            max_new_tokens, generation: as :meth:`generation_config`.
         Raises:
-            ValueError: empty question or one longer than ``max_question_chars``.
-            PromptTooLongError: the question with the instructions alone exceeds the prompt budget.
+            ValueError: empty text or longer than ``max_question_chars``.
+            decoding.config.GenerationSettingError: a generation setting out of range, a token id
+                outside the target's vocabulary, or a checkpoint setting the engine cannot apply
+                exactly (``field`` names it).
+            PromptTooLongError: the instructions and the question alone exceed the prompt budget.
             RuntimeError: no model is loaded.
         """
         if self.engine is None:
             raise RuntimeError("no target model is loaded")
-        question = self._clean(question)
-        budget = self.prompt_budget(config or self.generation_config())
-        needed = bare_prompt_tokens(self.engine.target.tokenizer, question, self.style)
-        if needed > budget:
-            raise PromptTooLongError(f"the question needs {needed} prompt tokens; the budget is {budget}")
+        text = self._clean(text, strip=mode != "completion")
+        config = self.generation_config(max_new_tokens, **generation)
+        question = Question(text, config, max_sources or self.max_sources, mode, flt, tuple(history),
+                            instructions.strip(), self.prompt_budget(config), self.engine.resolve(config))
+        tokenizer = self.engine.target.tokenizer
+        if mode == "rag":
+            needed = bare_prompt_tokens(tokenizer, text, self.style, question.instructions)
+            if needed > question.prompt_budget:
+                raise PromptTooLongError(f"the question needs {needed} prompt tokens; the budget is "
+                                         f"{question.prompt_budget}")
+        else:
+            self._unretrieved_prompt(question)  # raises PromptTooLongError
         return question
 
-    def _clean(self, question: str) -> str:
-        """The stripped question; ValueError when empty or over ``max_question_chars``."""
-        question = question.strip()
-        if not question:
+    def _clean(self, text: str, strip: bool = True) -> str:
+        """The (stripped) text; ValueError when empty or over ``max_question_chars``."""
+        question = text.strip() if strip else text
+        if not question.strip():
             raise ValueError("the question is empty")
         if len(question) > self.settings.max_question_chars:
             raise ValueError(f"the question has {len(question)} characters; the limit is "
                              f"{self.settings.max_question_chars}")
         return question
 
-    def search(self, question: str, top_k: int | None = None, flt: SearchFilter | None = None) -> list[Source]:
-        """The ``top_k`` best documents for ``question`` with their evidence lines (no model call).
+    def _unretrieved_prompt(self, question: Question) -> BuiltPrompt:
+        """The prompt of a ``chat`` or ``completion`` question (no sources)."""
+        tokenizer = self.engine.target.tokenizer
+        if question.mode == "completion":
+            return completion_prompt(tokenizer, question.text, question.prompt_budget)
+        return chat_prompt(tokenizer, question.text, question.prompt_budget, list(question.history),
+                           question.instructions)
+
+    def search(self, question: str, max_sources: int | None = None, flt: SearchFilter | None = None) -> list[Source]:
+        """The ``max_sources`` best documents for ``question`` with their evidence lines (no model call).
 
         Documents holding every entity the question names (host, ticket, error code, day:
-        :mod:`copilot.grounding`) come before near-duplicates that lack one; with ``top_k`` >= 2
+        :mod:`copilot.grounding`) come before near-duplicates that lack one; with ``max_sources`` >= 2
         the best ELOG entry brings its parent or first reply along when that is not among them
         (it takes the last place).
 
@@ -351,7 +378,7 @@ class CopilotService:
             ValueError: empty question or one longer than ``max_question_chars``.
         """
         question = self._clean(question)
-        k = top_k or self.settings.top_k or self.style.max_sources
+        k = max_sources or self.max_sources
         passages = self.retriever.retrieve(question, max(self.retriever.candidates, 4 * k), flt)
         candidates = group_by_document(passages, max(3 * k, k + 6))
         entities = question_entities(question)
@@ -388,22 +415,22 @@ class CopilotService:
                     return [Source(len(chosen) + 1, tuple(Passage(0, c, 0.0) for c in chunks[:2]))]
         return []
 
-    def prepare(self, question: str, *, top_k: int | None = None, flt: SearchFilter | None = None,
-                history: list[ChatTurn] | None = None, config: GenerationConfig | None = None) -> Prepared:
+    def prepare(self, question: Question) -> Prepared:
         """Retrieve, group into sources, pick evidence lines and build the prompt
-        (``retrieval_ms`` covers all of it).
+        (``retrieval_ms`` covers all of it); ``chat`` and ``completion`` questions only build
+        their prompt.
 
         Raises:
-            ValueError, PromptTooLongError, RuntimeError: as :meth:`check`.
+            PromptTooLongError: no source fits next to the question.
         """
-        config = config or self.generation_config()
-        question = self.check(question, config)
         t0 = time.perf_counter()
-        sources = self.search(question, top_k, flt)
-        prompt = build_prompt(self.engine.target.tokenizer, question, sources, self.prompt_budget(config), history,
-                              self.style)
-        grounding = self.ground(question, prompt.sources)
-        return Prepared(question, prompt, config, (time.perf_counter() - t0) * 1000, grounding)
+        if not question.retrieves:
+            return Prepared(question, self._unretrieved_prompt(question), (time.perf_counter() - t0) * 1000)
+        sources = self.search(question.text, question.max_sources, question.flt)
+        prompt = build_prompt(self.engine.target.tokenizer, question.text, sources, question.prompt_budget,
+                              list(question.history), self.style, question.instructions)
+        grounding = self.ground(question.text, prompt.sources)
+        return Prepared(question, prompt, (time.perf_counter() - t0) * 1000, grounding)
 
     def ground(self, question: str, sources: list[Source]) -> Grounding:
         """Whether ``sources`` (as shown) can answer ``question`` (:func:`copilot.grounding.assess`)."""
@@ -419,6 +446,8 @@ class CopilotService:
         (``prepared.grounding``), the "not found" answer listing the closest entries
         (``token_ids`` are the answer's tokens, ``finish_reason`` ``stop``)."""
         fixed = None
+        if not prepared.question.retrieves:
+            return None
         if not prepared.prompt.sources:
             fixed = NO_CONTEXT_ANSWER
         elif not prepared.grounding.answerable:
@@ -440,9 +469,9 @@ class CopilotService:
         if fixed is not None:
             yield fixed
             return
-        feed = AnswerFeed(len(prepared.prompt.sources))
+        feed = AnswerFeed.for_prepared(prepared)
         for event in self.engine.stream(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids,
-                                        cancel):
+                                        cancel, prepared.question.logits):
             yield feed.convert(event)
 
     def answer(self, prepared: Prepared, cancel: Callable[[], bool] | None = None) -> Answer:
@@ -452,6 +481,6 @@ class CopilotService:
             assembler.add(event)
         return assembler.answer()
 
-    def ask(self, question: str, **kwargs) -> Answer:
-        """Retrieve, prompt and decode in one call (keyword arguments as :meth:`prepare`)."""
-        return self.answer(self.prepare(question, **kwargs))
+    def ask(self, text: str, **kwargs) -> Answer:
+        """Check, retrieve, prompt and decode in one call (keyword arguments as :meth:`question`)."""
+        return self.answer(self.prepare(self.question(text, **kwargs)))

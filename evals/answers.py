@@ -49,8 +49,7 @@ def abstained(answer: Answer) -> bool:
 def evaluate_question(service: CopilotService, q: Question, max_new_tokens: int, loop_span: int) -> dict:
     """Ask one question through the service; the per-question row of the report."""
     t0 = time.perf_counter()
-    config = service.generation_config(max_new_tokens, loop_span=loop_span)
-    prepared = service.prepare(q.question, config=config)
+    prepared = service.prepare(service.question(q.question, max_new_tokens=max_new_tokens, loop_span=loop_span))
     assembler = AnswerAssembler(prepared)
     first_text_ms = None
     for event in service.stream(prepared):
@@ -279,8 +278,8 @@ def compare_markdown(reports: list[dict]) -> str:
     """One row per prompt style (runs over the same questions, one after another)."""
     lines = [f"# Prompt styles compared — {reports[0]['summary']['questions']} questions, max_new_tokens "
              f"{reports[0]['max_new_tokens']}, loop span {reports[0]['loop_span'] or 'off'}", "",
-             "| style | span in answer (copy) | cites expected doc | not found (unanswerable / false) | invented | loops | "
-             "at budget | median new tokens | median prompt tokens | median first text ms | median wall ms |",
+             "| style | span in answer (copy) | cites expected doc | not found (unanswerable / false) | invented | "
+             "loops | at budget | median new tokens | median prompt tokens | median first text ms | median wall ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in reports:
         s = r["summary"]

@@ -51,6 +51,56 @@ def build_corpus(dest: Path, copies: int) -> Path:
     return dest
 
 
+def measure(corpus: Path, work: Path, embedder: Embedder, repeats: int) -> dict:
+    """Raw encode, pipeline and unchanged re-ingest times (s), interleaved ``repeats`` times,
+    after one warm-up ingest that also yields the chunk texts for the raw measurement."""
+    warm = ChunkStore(work / "warm", embedder=embedder)
+    ingest_paths([corpus], warm, progress=False)
+    texts = [row[0] for row in warm.db.query("SELECT text FROM chunks ORDER BY rowid")]
+    warm.close()
+    times: dict[str, list[float]] = {"raw": [], "pipeline": [], "reingest": [], "embed_share": []}
+    for rep in range(repeats):
+        started = time.perf_counter()
+        embedder.model.encode(texts, batch_size=embedder.batch_size, normalize_embeddings=True,
+                              convert_to_numpy=True, show_progress_bar=False)
+        times["raw"].append(time.perf_counter() - started)
+
+        store = ChunkStore(work / f"run-{rep}", embedder=embedder)
+        started = time.perf_counter()
+        report = ingest_paths([corpus], store, progress=False)
+        times["pipeline"].append(time.perf_counter() - started)
+        assert report.chunks_written == len(texts), (report.chunks_written, len(texts))
+        times["embed_share"].append(report.embed_s / times["pipeline"][-1])
+
+        started = time.perf_counter()
+        again = ingest_paths([corpus], store, progress=False)
+        times["reingest"].append(time.perf_counter() - started)
+        assert again.chunks_written == 0
+        store.close()
+    return {"chunks": len(texts), "files": len(report.files), "documents": sum(f.documents for f in report.files),
+            **times}
+
+
+def summarise(m: dict, copies: int, device: str, load_s: float) -> dict:
+    """The JSON report: medians, chunks/s, the ratio to raw encoding and the goals."""
+    raw_med, pipe_med, re_med = (statistics.median(m[k]) for k in ("raw", "pipeline", "reingest"))
+    return {
+        "corpus": {"copies": copies, "files": m["files"], "documents": m["documents"], "chunks": m["chunks"]},
+        "device": device,
+        "model_load_s": round(load_s, 2),
+        "raw_encode_s": [round(x, 3) for x in m["raw"]],
+        "pipeline_s": [round(x, 3) for x in m["pipeline"]],
+        "reingest_s": [round(x, 4) for x in m["reingest"]],
+        "raw_chunks_per_s": round(m["chunks"] / raw_med, 2),
+        "pipeline_chunks_per_s": round(m["chunks"] / pipe_med, 2),
+        "throughput_ratio": round(raw_med / pipe_med, 3),
+        "embed_share_of_pipeline": round(statistics.median(m["embed_share"]), 3),
+        "reingest_fraction_of_first": round(re_med / pipe_med, 4),
+        "goals": {"throughput_ratio >= 0.9": raw_med / pipe_med >= 0.9,
+                  "reingest_fraction <= 0.05": re_med / pipe_med <= 0.05},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=4)
@@ -69,54 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         _ = embedder.model
         load_s = time.perf_counter() - t0
-
-        # warm-up run (also yields the chunk texts for the raw measurement)
-        warm = ChunkStore(work / "warm", embedder=embedder)
-        ingest_paths([corpus], warm, progress=False)
-        texts = [row[0] for row in warm.db.query("SELECT text FROM chunks ORDER BY rowid")]
-        warm.close()
-        n_chunks = len(texts)
-
-        raw_s: list[float] = []
-        pipe_s: list[float] = []
-        reingest_s: list[float] = []
-        embed_share: list[float] = []
-        for rep in range(args.repeats):
-            started = time.perf_counter()
-            embedder.model.encode(texts, batch_size=embedder.batch_size, normalize_embeddings=True,
-                                  convert_to_numpy=True, show_progress_bar=False)
-            raw_s.append(time.perf_counter() - started)
-
-            store = ChunkStore(work / f"run-{rep}", embedder=embedder)
-            started = time.perf_counter()
-            report = ingest_paths([corpus], store, progress=False)
-            pipe_s.append(time.perf_counter() - started)
-            assert report.chunks_written == n_chunks, (report.chunks_written, n_chunks)
-            embed_share.append(report.embed_s / pipe_s[-1])
-
-            started = time.perf_counter()
-            again = ingest_paths([corpus], store, progress=False)
-            reingest_s.append(time.perf_counter() - started)
-            assert again.chunks_written == 0
-            store.close()
-
-        raw_med, pipe_med, re_med = (statistics.median(x) for x in (raw_s, pipe_s, reingest_s))
-        result = {
-            "corpus": {"copies": args.copies, "files": len(report.files), "documents": sum(f.documents for f in report.files),
-                       "chunks": n_chunks},
-            "device": args.device,
-            "model_load_s": round(load_s, 2),
-            "raw_encode_s": [round(x, 3) for x in raw_s],
-            "pipeline_s": [round(x, 3) for x in pipe_s],
-            "reingest_s": [round(x, 4) for x in reingest_s],
-            "raw_chunks_per_s": round(n_chunks / raw_med, 2),
-            "pipeline_chunks_per_s": round(n_chunks / pipe_med, 2),
-            "throughput_ratio": round(raw_med / pipe_med, 3),
-            "embed_share_of_pipeline": round(statistics.median(embed_share), 3),
-            "reingest_fraction_of_first": round(re_med / pipe_med, 4),
-            "goals": {"throughput_ratio >= 0.9": raw_med / pipe_med >= 0.9,
-                      "reingest_fraction <= 0.05": re_med / pipe_med <= 0.05},
-        }
+        result = summarise(measure(corpus, work, embedder, args.repeats), args.copies, args.device, load_s)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result, indent=2))

@@ -32,12 +32,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
 from decoding.logits import LogitsSettings, effective_settings
+from decoding.request import GenerationResult
 from decoding.stopping import StopChecker, apply_stops
 from evals.harness import Case, plain_greedy_kwargs
 
@@ -268,12 +269,9 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
     generation = dict(generation or {})
     settings = settings_for(engine, generation)
     log.info("generation settings (the engine and the generate() reference): %s", settings.to_dict())
-    exact = {m: 0 for m in modes}
-    loop_stopped = {m: 0 for m in modes}
-    divergences: list[Divergence] = []
+    tally = _Tally({m: 0 for m in modes}, {m: 0 for m in modes})
     reference_finish: Counter[str] = Counter()
-    rows = []
-    references: dict[str, Reference] = {}
+    rows, references = [], {}
     for case in cases:
         t0 = time.perf_counter()
         ref = references[case.question.id] = reference(engine, case.prompt_ids, max_new_tokens, loop_span, settings)
@@ -285,33 +283,46 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
             config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
             result, committed = _decode(engine, case, config)
             div = compare(engine, case, mode, ref, result.token_ids, result.finish_reason, committed, settings)
-            row["modes"][mode] = _outcome(result, div)
-            loop_stopped[mode] += result.finish_reason == "repetition"
-            exact[mode] += div is None
-            _book(div, divergences)
+            row["modes"][mode] = tally.add(mode, result, div)
         rows.append(row)
         log.info("%s done in %.1f s", case.question.id, time.perf_counter() - t0)
-    batched_modes = []
     for size in batch_sizes:
         for mode in modes:
-            label = f"{mode}@b{size}"
-            batched_modes.append(label)
-            exact[label], loop_stopped[label] = 0, 0
             config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
-            t0 = time.perf_counter()
-            outcomes = _decode_batched(engine, cases, config, size)
-            for case, row, (result, committed, shared) in zip(cases, rows, outcomes):
-                ref = references[case.question.id]
-                div = compare(engine, case, label, ref, result.token_ids, result.finish_reason, committed, settings)
-                row["modes"][label] = {**_outcome(result, div), "max_batch_size": shared}
-                loop_stopped[label] += result.finish_reason == "repetition"
-                exact[label] += div is None
-                _book(div, divergences)
-            log.info("%s: %d cases in %.1f s", label, len(cases), time.perf_counter() - t0)
-    modes = modes + batched_modes
-    return {"cases": rows, "modes": modes, "loop_span": loop_span, "reference_finish": dict(reference_finish),
-            "exact": exact, "loop_stopped": loop_stopped, "divergences": [asdict(d) for d in divergences],
-            "generation_settings": settings.to_dict()}
+            _run_batched(engine, cases, rows, references, config, size, settings, tally)
+    return {"cases": rows, "modes": list(tally.exact), "loop_span": loop_span,
+            "reference_finish": dict(reference_finish), "exact": tally.exact, "loop_stopped": tally.loop_stopped,
+            "divergences": [asdict(d) for d in tally.divergences], "generation_settings": settings.to_dict()}
+
+
+@dataclass
+class _Tally:
+    """Per mode: identical answers and loop stops; every divergence."""
+
+    exact: dict[str, int] = field(default_factory=dict)
+    loop_stopped: dict[str, int] = field(default_factory=dict)
+    divergences: list[Divergence] = field(default_factory=list)
+
+    def add(self, label: str, result: GenerationResult, div: Divergence | None) -> dict:
+        """Book one answer of mode ``label``; returns its outcome for the row."""
+        self.exact[label] = self.exact.get(label, 0) + (div is None)
+        self.loop_stopped[label] = self.loop_stopped.get(label, 0) + (result.finish_reason == "repetition")
+        _book(div, self.divergences)
+        return _outcome(result, div)
+
+
+def _run_batched(engine: SpeculativeEngine, cases: list[Case], rows: list[dict], references: dict[str, Reference],
+                 config: GenerationConfig, size: int, settings: LogitsSettings, tally: _Tally) -> None:
+    """Every case through batches of ``size`` (mode ``{drafting}@b{size}``), each against its solo reference."""
+    label = f"{config.drafting.value}@b{size}"
+    tally.exact.setdefault(label, 0)
+    tally.loop_stopped.setdefault(label, 0)
+    t0 = time.perf_counter()
+    for case, row, (result, committed, shared) in zip(cases, rows, _decode_batched(engine, cases, config, size)):
+        ref = references[case.question.id]
+        div = compare(engine, case, label, ref, result.token_ids, result.finish_reason, committed, settings)
+        row["modes"][label] = {**tally.add(label, result, div), "max_batch_size": shared}
+    log.info("%s: %d cases in %.1f s", label, len(cases), time.perf_counter() - t0)
 
 
 def failing_divergences(report: dict, allow_near_ties: float | None) -> list[dict]:

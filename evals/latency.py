@@ -35,6 +35,7 @@ import logging
 import resource
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -347,69 +348,85 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
 
 def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
     """Medians and ratios per mode from the raw runs (see :func:`run_latency`)."""
-    med = statistics.median
-    base = {qid: rs for qid, rs in runs["hf_greedy"].items()}
+    base = runs["hf_greedy"]
     out: dict = {k: {} for k in ("speedup", "speedup_e2e", "tau", "alpha", "tokens_per_s", "ttft_ms", "itl_ms",
                                  "exact_vs_greedy", "loop_stopped", "loop_cut_tokens", "runs", "overhead_pct",
                                  "acceptance_by_position", "block_sizes", "token_share")}
-    per_question = []
-    for case in cases:
-        qid = case.question.id
-        ref = base[qid][0]
-        row = {"id": qid, "copied_fraction": round(copied_fraction(ref.tokens, case), 3), "modes": {}}
-        for mode, by_q in runs.items():
-            rs = by_q[qid]
-            row["modes"][mode] = {
-                "speedup": round(med(base[qid][i % len(base[qid])].decode_ms_per_token / r.decode_ms_per_token
-                                     for i, r in enumerate(rs)), 3),
-                "speedup_e2e": round(med(base[qid][i % len(base[qid])].total_ms / r.total_ms
-                                         for i, r in enumerate(rs)), 3),
-                "tokens": len(rs[0].tokens),
-                "finish_reason": rs[0].finish_reason,
-            }
-        per_question.append(row)
+    per_question = [_question_row(runs, case) for case in cases]
     for mode, by_q in runs.items():
-        all_runs = [r for rs in by_q.values() for r in rs]
-        sp = [row["modes"][mode]["speedup"] for row in per_question]
-        sp_e2e = [row["modes"][mode]["speedup_e2e"] for row in per_question]
-        out["speedup"][mode] = {"median": round(med(sp), 3), "min": round(min(sp), 3)}
-        out["speedup_e2e"][mode] = {"median": round(med(sp_e2e), 3), "min": round(min(sp_e2e), 3)}
-        decode_tokens = sum(max(len(r.tokens) - 1, 0) for r in all_runs)
-        passes = sum(r.passes for r in all_runs)
-        out["tau"][mode] = round(decode_tokens / passes, 3) if passes else None
-        proposed = sum(r.proposed for r in all_runs)
-        out["alpha"][mode] = round(sum(r.accepted for r in all_runs) / proposed, 3) if proposed else None
-        out["tokens_per_s"][mode] = round(med(len(r.tokens) / (r.total_ms / 1000) for r in all_runs), 2)
-        out["ttft_ms"][mode] = round(med(r.ttft_ms for r in all_runs), 1)
-        itl = [x for r in all_runs for x in r.itl_ms]
-        out["itl_ms"][mode] = {"p50": _round(_pct(itl, 0.5)), "p95": _round(_pct(itl, 0.95))}
-        out["exact_vs_greedy"][mode] = sum(r.tokens == base[q][0].tokens for q, rs in by_q.items() for r in rs)
-        out["loop_stopped"][mode] = sum(r.finish_reason == "repetition" for r in all_runs)
-        out["loop_cut_tokens"][mode] = sum(r.generated - len(r.tokens) for r in all_runs)
-        out["runs"][mode] = len(all_runs)
-        produced: dict[str, int] = {}
-        for r in all_runs:
-            for who, n in r.produced.items():
-                produced[who] = produced.get(who, 0) + n
-        total = sum(produced.values())
-        out["token_share"][mode] = {who: round(n / total, 3) for who, n in sorted(produced.items())} if total else {}
-        decode_ms = sum(r.total_ms - r.ttft_ms for r in all_runs)
-        out["overhead_pct"][mode] = round(100 * sum(r.overhead_ms for r in all_runs) / decode_ms, 2) \
-            if mode.startswith("ours_") and decode_ms else None
-        if mode.startswith("ours_"):
-            acc: list[list[int]] = []
-            for r in all_runs:
-                for i, (p, a) in enumerate(r.accepted_by_position):
-                    if i >= len(acc):
-                        acc.append([0, 0])
-                    acc[i][0] += p
-                    acc[i][1] += a
-            out["acceptance_by_position"][mode] = [round(a / p, 3) if p else None for p, a in acc]
-            out["block_sizes"][mode] = [b for r in all_runs for b in r.block_sizes]
+        for key, value in _mode_summary(mode, by_q, base, per_question).items():
+            out[key][mode] = value
     out["memory"] = _memory()
     out["per_question"] = per_question
     out["modes"] = list(runs)
     return out
+
+
+def _question_row(runs: dict[str, dict[str, list[Run]]], case: Case) -> dict:
+    """One question: per mode its median speedups over ``hf_greedy`` (run i against run i)."""
+    med = statistics.median
+    qid = case.question.id
+    base = runs["hf_greedy"][qid]
+    row = {"id": qid, "copied_fraction": round(copied_fraction(base[0].tokens, case), 3), "modes": {}}
+    for mode, by_q in runs.items():
+        rs = by_q[qid]
+        row["modes"][mode] = {
+            "speedup": round(med(base[i % len(base)].decode_ms_per_token / r.decode_ms_per_token
+                                 for i, r in enumerate(rs)), 3),
+            "speedup_e2e": round(med(base[i % len(base)].total_ms / r.total_ms for i, r in enumerate(rs)), 3),
+            "tokens": len(rs[0].tokens),
+            "finish_reason": rs[0].finish_reason,
+        }
+    return row
+
+
+def _mode_summary(mode: str, by_q: dict[str, list[Run]], base: dict[str, list[Run]],
+                  per_question: list[dict]) -> dict:
+    """One mode's figures (the keys of :func:`summarize`'s output)."""
+    med = statistics.median
+    all_runs = [r for rs in by_q.values() for r in rs]
+    sp = [row["modes"][mode]["speedup"] for row in per_question]
+    sp_e2e = [row["modes"][mode]["speedup_e2e"] for row in per_question]
+    decode_tokens = sum(max(len(r.tokens) - 1, 0) for r in all_runs)
+    passes = sum(r.passes for r in all_runs)
+    proposed = sum(r.proposed for r in all_runs)
+    itl = [x for r in all_runs for x in r.itl_ms]
+    produced: Counter[str] = Counter()
+    for r in all_runs:
+        produced.update(r.produced)
+    total = sum(produced.values())
+    decode_ms = sum(r.total_ms - r.ttft_ms for r in all_runs)
+    ours = mode.startswith("ours_")
+    return {
+        "speedup": {"median": round(med(sp), 3), "min": round(min(sp), 3)},
+        "speedup_e2e": {"median": round(med(sp_e2e), 3), "min": round(min(sp_e2e), 3)},
+        "tau": round(decode_tokens / passes, 3) if passes else None,
+        "alpha": round(sum(r.accepted for r in all_runs) / proposed, 3) if proposed else None,
+        "tokens_per_s": round(med(len(r.tokens) / (r.total_ms / 1000) for r in all_runs), 2),
+        "ttft_ms": round(med(r.ttft_ms for r in all_runs), 1),
+        "itl_ms": {"p50": _round(_pct(itl, 0.5)), "p95": _round(_pct(itl, 0.95))},
+        "exact_vs_greedy": sum(r.tokens == base[q][0].tokens for q, rs in by_q.items() for r in rs),
+        "loop_stopped": sum(r.finish_reason == "repetition" for r in all_runs),
+        "loop_cut_tokens": sum(r.generated - len(r.tokens) for r in all_runs),
+        "runs": len(all_runs),
+        "token_share": {who: round(n / total, 3) for who, n in sorted(produced.items())} if total else {},
+        "overhead_pct": round(100 * sum(r.overhead_ms for r in all_runs) / decode_ms, 2) if ours and decode_ms
+        else None,
+        **({"acceptance_by_position": _acceptance_by_position(all_runs),
+            "block_sizes": [b for r in all_runs for b in r.block_sizes]} if ours else {}),
+    }
+
+
+def _acceptance_by_position(runs: list[Run]) -> list[float | None]:
+    """α at each draft position over ``runs``."""
+    acc: list[list[int]] = []
+    for r in runs:
+        for i, (p, a) in enumerate(r.accepted_by_position):
+            if i >= len(acc):
+                acc.append([0, 0])
+            acc[i][0] += p
+            acc[i][1] += a
+    return [round(a / p, 3) if p else None for p, a in acc]
 
 
 def _round(x: float | None) -> float | None:

@@ -61,10 +61,10 @@ class Answer:
     error: str | None = None
 
 
-async def ask(client: httpx.AsyncClient, question: str, mode: str, level: int, max_new_tokens: int, top_k: int,
+async def ask(client: httpx.AsyncClient, question: str, mode: str, level: int, max_new_tokens: int, max_sources: int,
               fixed_gamma: int, timeout_s: float) -> Answer:
     """Stream one ``/v1/ask`` answer; never raises (errors become an :class:`Answer` with their status)."""
-    body = {"question": question, "stream": True, "max_new_tokens": max_new_tokens, "top_k": top_k,
+    body = {"question": question, "stream": True, "max_new_tokens": max_new_tokens, "max_sources": max_sources,
             "speculation": mode}
     if mode == "fixed":
         body["num_speculative_tokens"] = fixed_gamma
@@ -124,7 +124,7 @@ async def run_cell(client: httpx.AsyncClient, level: int, mode: str, questions: 
     async def client_loop() -> None:
         while todo:
             _, question = todo.pop(0)
-            answers.append(await ask(client, question, mode, level, args.max_new_tokens, args.top_k,
+            answers.append(await ask(client, question, mode, level, args.max_new_tokens, args.max_sources,
                                      args.fixed_gamma, args.request_timeout))
 
     t0 = time.perf_counter()
@@ -164,7 +164,7 @@ async def overload(client: httpx.AsyncClient, questions: list[str], args) -> dic
         i, waited = n, False
         while time.monotonic() < deadline:
             a = await ask(client, questions[i % len(questions)], "adaptive", args.overload_clients,
-                          args.max_new_tokens, args.top_k, args.fixed_gamma, args.request_timeout)
+                          args.max_new_tokens, args.max_sources, args.fixed_gamma, args.request_timeout)
             answers.append(a)
             if waited:
                 honoured.append(a.status == 200)
@@ -194,7 +194,7 @@ async def burst(client: httpx.AsyncClient, questions: list[str], args, server_pi
     resident memory (``VmHWM``, MiB) before and after when it runs on this machine."""
     before = peak_rss_mib(server_pid)
     answers = await asyncio.gather(*(ask(client, questions[i % len(questions)], "adaptive", args.burst,
-                                         args.max_new_tokens, args.top_k, args.fixed_gamma, args.request_timeout)
+                                         args.max_new_tokens, args.max_sources, args.fixed_gamma, args.request_timeout)
                                      for i in range(args.burst)))
     statuses: dict[str, int] = {}
     for a in answers:
@@ -233,7 +233,7 @@ async def run_load(url: str, questions: list[str], args, server_pid: int | None 
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     async with httpx.AsyncClient(base_url=url, limits=limits, headers=headers) as client:
         await wait_for_draft(client)  # a draft model built in the background would share the CPU with the first cells
-        await ask(client, questions[0], "adaptive", 1, args.max_new_tokens, args.top_k, args.fixed_gamma,
+        await ask(client, questions[0], "adaptive", 1, args.max_new_tokens, args.max_sources, args.fixed_gamma,
                   args.request_timeout)  # warm-up (not counted)
         cells: dict[str, list] = {}
         for rep in range(args.repeats):
@@ -321,7 +321,8 @@ def load_markdown(report: dict) -> str:
                   "|---|" + "---|" * len(report["modes"])]
         for level in report["levels"]:
             row = report["cells"].get(str(level), {})
-            lines.append(f"| {level} | " + " | ".join(str(row.get(m, {}).get(key, "-")) for m in report["modes"]) + " |")
+            lines.append(f"| {level} | " + " | ".join(str(row.get(m, {}).get(key, "-")) for m in report["modes"])
+                         + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -367,7 +368,7 @@ class LoadArgs:
     modes: tuple[str, ...] = MODES
     questions: int = 8
     max_new_tokens: int = 32
-    top_k: int = 3
+    max_sources: int = 3
     fixed_gamma: int = 4
     repeats: int = 1
     overload_clients: int = 16

@@ -1,4 +1,4 @@
-"""Bounded load test of the web API on 127.0.0.1 (a benchmark, not a test).
+r"""Bounded load test of the web API on 127.0.0.1 (a benchmark, not a test).
 
     .venv/bin/python -m evals.load_test                     # starts `copilot serve` itself
     .venv/bin/python -m evals.load_test --url http://127.0.0.1:8000 --api-key KEY
@@ -71,7 +71,7 @@ class Report:
     clients: int
     duration_s: float
     max_new_tokens: int
-    top_k: int
+    max_sources: int
     summary: dict = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
 
@@ -85,7 +85,7 @@ def pct(values: list[float], q: float) -> float | None:
     return round(ordered[index], 1)
 
 
-async def one_request(client: openai.AsyncOpenAI, model: str, question: str, max_new_tokens: int, top_k: int,
+async def one_request(client: openai.AsyncOpenAI, model: str, question: str, max_new_tokens: int, max_sources: int,
                       phase: str, timeout_s: float) -> Sample:
     """Stream one chat completion; never raises (errors become a Sample with their status)."""
     t0 = time.perf_counter()
@@ -94,7 +94,7 @@ async def one_request(client: openai.AsyncOpenAI, model: str, question: str, max
     try:
         stream = await client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": question}], max_tokens=max_new_tokens, stream=True,
-            extra_body={"top_k": top_k}, timeout=timeout_s)
+            extra_body={"max_sources": max_sources}, timeout=timeout_s)
         async for chunk in stream:
             if ttft is None and chunk.choices and chunk.choices[0].delta.content:
                 ttft = (time.perf_counter() - t0) * 1000
@@ -124,7 +124,7 @@ async def load(urls: list[str], api_key: str, model: str, questions: list[str],
         client = replicas[0]
         for i in range(args.sequential):
             samples.append(await one_request(client, model, questions[i % len(questions)], args.max_new_tokens,
-                                             args.top_k, "sequential", args.request_timeout))
+                                             args.max_sources, "sequential", args.request_timeout))
         started = time.monotonic()
         deadline = started + args.duration
         budget = {"left": args.max_requests}
@@ -137,7 +137,7 @@ async def load(urls: list[str], api_key: str, model: str, questions: list[str],
             mine = replicas[n % len(replicas)]
             while time.monotonic() < deadline and budget["left"] > 0:
                 budget["left"] -= 1
-                sample = await one_request(mine, model, order[i % len(order)], args.max_new_tokens, args.top_k,
+                sample = await one_request(mine, model, order[i % len(order)], args.max_new_tokens, args.max_sources,
                                            "concurrent", args.request_timeout)
                 samples.append(sample)
                 i += 1
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-requests", type=int, default=500, help="concurrent phase request cap")
     parser.add_argument("--sequential", type=int, default=5, help="requests in the sequential phase")
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--top-k", type=int, default=3)
+    parser.add_argument("--max-sources", type=int, default=3)
     parser.add_argument("--request-timeout", type=float, default=120.0, help="per request (s)")
     parser.add_argument("--queue-size", type=int, default=4, help="queue size of a self-started server")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="wait for a self-started server (s)")
@@ -300,13 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
-    report = Report(url, args.clients, args.duration, args.max_new_tokens, args.top_k, summarise(samples, conc_wall),
-                    samples)
+    report = Report(url, args.clients, args.duration, args.max_new_tokens, args.max_sources,
+                    summarise(samples, conc_wall), samples)
     data = asdict(report)
     if metrics:
-        data["server_metrics"] = [l for l in metrics.splitlines()
-                                  if l.startswith(("copilot_generations_total", "copilot_queue_rejections_total",
-                                                   "copilot_generated_tokens_total"))]
+        data["server_metrics"] = [line for line in metrics.splitlines()
+                                  if line.startswith(("copilot_generations_total", "copilot_queue_rejections_total",
+                                                      "copilot_generated_tokens_total"))]
     args.out.write_text(json.dumps(data, indent=2) + "\n")
     log.info("summary: %s", json.dumps(report.summary, indent=2))
     log.info("written to %s", args.out)

@@ -49,7 +49,8 @@ def run_loop_false_stops(store: ChunkStore, tokenizer: PreTrainedTokenizerBase, 
         false = [d for d in fired if not text_loops(texts[d])]
         out["spans"][span] = {
             "fires": len(fired), "false_stops": len(false),
-            "examples": [{"doc_id": d, "window": tokenizer.decode(ids[d][fired[d]:fired[d] + span])} for d in false[:5]],
+            "examples": [{"doc_id": d, "window": tokenizer.decode(ids[d][fired[d]:fired[d] + span])}
+                         for d in false[:5]],
         }
     return out
 

@@ -128,7 +128,8 @@ def _versus_anchors(report: dict) -> list[str]:
         return []
     ours = sp["ours_auto"]
     lines = []
-    for label, suffix in (("the best prompt lookup", ""), ("the best prompt lookup with our verification kernels", "_fk")):
+    for label, suffix in (("the best prompt lookup", ""),
+                          ("the best prompt lookup with our verification kernels", "_fk")):
         pld = {m: v["median"] for m, v in sp.items() if m.startswith("hf_pld_") and m.endswith("_fk") == bool(suffix)}
         if not pld:
             continue

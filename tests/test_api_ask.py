@@ -59,16 +59,16 @@ def test_stream_deltas_match_the_final_answer(client):
 
 
 @pytest.mark.parametrize("payload,code", [
-    ({"question": ""}, 422),
-    ({"question": "x", "top_k": 0}, 422),
-    ({"question": "x", "max_new_tokens": 10**6}, 422),
-    ({"question": "x", "unknown": 1}, 422),
-    ({"question": "x" * 5000}, 422),
-    ({"question": "x", "seed": 2**64}, 422),
-    ('{"question": "x", "temperature": NaN}', 422),
-    ('{"question": "x", "max_new_tokens": 1e400}', 422),
-    ('{"question": "\\ud800"}', 422),
-    ('{"question": "x", "history": [{"role": "user", "content": "\\ud800"}]}', 422),
+    ({"question": ""}, 400),
+    ({"question": "x", "top_k": 0}, 400),
+    ({"question": "x", "max_new_tokens": 10**6}, 400),
+    ({"question": "x", "unknown": 1}, 400),
+    ({"question": "x" * 5000}, 400),
+    ({"question": "x", "seed": 2**64}, 400),
+    ('{"question": "x", "temperature": NaN}', 400),
+    ('{"question": "x", "max_new_tokens": 1e400}', 400),
+    ('{"question": "\\ud800"}', 400),
+    ('{"question": "x", "history": [{"role": "user", "content": "\\ud800"}]}', 400),
 ])
 def test_bad_requests_get_a_reason(client, payload, code):
     if isinstance(payload, str):  # raw JSON that json= cannot produce (NaN, lone surrogates)
@@ -91,9 +91,9 @@ def test_bad_requests_get_a_reason(client, payload, code):
     ({"bad_words_ids": [[1, 10**9]]}, "bad_words_ids"),
     ({"frequency_penalty": 2.5}, "frequency_penalty"),
 ])
-def test_generation_settings_out_of_range_are_a_422_naming_the_field(client, payload, field):
+def test_generation_settings_out_of_range_are_a_400_naming_the_field(client, payload, field):
     r = client.post("/v1/ask", json={"question": "How was the FNAL link fixed?", **payload})
-    assert r.status_code == 422, r.text
+    assert r.status_code == 400, r.text
     assert field in str(r.json()["detail"])
 
 
@@ -116,9 +116,9 @@ def test_generation_settings_reach_the_engine(client, sample_service):
     assert chat.status_code == 200 and chat.json()["stats"]["generation_settings"]["frequency_penalty"] == 1.0
 
 
-def test_huge_document_offset_is_a_422(client):
+def test_huge_document_offset_is_a_400(client):
     r = client.get("/v1/documents", params={"offset": 2**64})
-    assert r.status_code == 422 and r.json()["detail"]
+    assert r.status_code == 400 and r.json()["detail"]
 
 
 def test_citations_map_to_the_numbered_sources_of_the_prompt(client, sample_service):
@@ -126,7 +126,7 @@ def test_citations_map_to_the_numbered_sources_of_the_prompt(client, sample_serv
     r = client.post("/v1/ask", json={"question": question, "max_new_tokens": 0, "top_k": 4})
     assert r.status_code == 200, r.text
     sources = r.json()["sources"]
-    prepared = sample_service.prepare(question, top_k=4, config=sample_service.generation_config(0))
+    prepared = sample_service.prepare(sample_service.question(question, max_sources=4, max_new_tokens=0))
     assert [s["doc_id"] for s in sources] == [x.doc_id for x in prepared.prompt.sources]
     assert len({s["doc_id"] for s in sources}) == len(sources)  # one entry per document
     prompt = sample_service.engine.target.tokenizer.decode(prepared.prompt.input_ids)
@@ -150,27 +150,28 @@ def test_citations_map_to_the_numbered_sources_of_the_prompt(client, sample_serv
     ({"since": "20260127", "until": "202601281200"}, lambda s: "2026-01-27" <= s["created"][:16] <= "2026-01-28T12:00"),
 ])
 def test_filters_through_the_api(client, filters, check):
-    r = client.post("/v1/ask", json={"question": "pool disk certificate transfer failures", "top_k": 8,
+    r = client.post("/v1/ask", json={"question": "pool disk certificate transfer failures", "max_sources": 8,
                                      "max_new_tokens": 0, "filters": filters})
     assert r.status_code == 200, r.text
     sources = r.json()["sources"]
     assert sources and all(check(s) for s in sources), sources
 
 
-def test_bad_filters_are_422(client):
-    for filters in ({"doc_types": ["spreadsheet"]}, {"since": "yesterday"}, {"since": "2026-02-01", "until": "2026-01-01"},
+def test_bad_filters_are_400(client):
+    for filters in ({"doc_types": ["spreadsheet"]}, {"since": "yesterday"},
+                    {"since": "2026-02-01", "until": "2026-01-01"},
                     {"colour": "red"}, {"since": "1737331200"}, {"until": 1737331200}):
         r = client.post("/v1/ask", json={"question": "x", "filters": filters})
-        assert r.status_code == 422 and r.json()["detail"], filters
+        assert r.status_code == 400 and r.json()["detail"], filters
     for field in ("source", "ticket_key"):  # a lone surrogate: was a 500 "Invalid where clause"
         for stream in ("false", "true"):
             raw = f'{{"question": "x", "stream": {stream}, "filters": {{"{field}": "\\ud800"}}}}'
             r = client.post("/v1/ask", content=raw, headers={"content-type": "application/json"})
-            assert r.status_code == 422 and "surrogate" in r.text, (field, r.text)
+            assert r.status_code == 400 and "surrogate" in r.text, (field, r.text)
 
 
-def test_top_k_larger_than_the_collection(client, sample_service):
-    r = client.post("/v1/ask", json={"question": "pool", "top_k": 100, "max_new_tokens": 0})
+def test_max_sources_larger_than_the_collection(client, sample_service):
+    r = client.post("/v1/ask", json={"question": "pool", "max_sources": 100, "max_new_tokens": 0})
     assert r.status_code == 200, r.text
     sources = r.json()["sources"]
     assert 0 < len(sources) <= sample_service.store.count_documents() < 100
@@ -179,7 +180,7 @@ def test_top_k_larger_than_the_collection(client, sample_service):
 
 def test_sse_wire_format(client, sse_events):
     with client.stream("POST", "/v1/ask", json={"question": "What was the resolution of OPS-107?",
-                                                "max_new_tokens": 6, "top_k": 2, "stream": True}) as r:
+                                                "max_new_tokens": 6, "max_sources": 2, "stream": True}) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = list(sse_events(r.iter_lines()))
     kinds = [e for e, _ in events]
@@ -191,7 +192,8 @@ def test_sse_wire_format(client, sse_events):
     assert all(1 <= n <= len(done["sources"]) for n in done["cited"])
     assert done["not_found"] is False and isinstance(done["quotes"], list) and isinstance(done["unverified"], list)
     for lit in done["quotes"]:  # each quote points at its source's chunk
-        assert 1 <= lit["n"] <= len(done["sources"]) and lit["chunk_id"].startswith(done["sources"][lit["n"] - 1]["doc_id"])
+        assert (1 <= lit["n"] <= len(done["sources"])
+                and lit["chunk_id"].startswith(done["sources"][lit["n"] - 1]["doc_id"]))
     stats = done["stats"]
     assert stats["new_tokens"] <= 6 and stats["finish_reason"] in ("eos", "length", "repetition")
     assert "queue_ms" in stats

@@ -14,13 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from pydantic import ValidationError
+from test_api_operations import QUESTION, PacedEngine, _settings, _wait
 
 from copilot.api.app import create_app
 from copilot.api.scheduler import BatchScheduler, InterleavedBatch
 from copilot.api.server import ServerThread
 from copilot.config import Settings
 from copilot.service import CopilotService
-from test_api_operations import QUESTION, PacedEngine, _settings, _wait
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +33,8 @@ QUESTIONS = ["How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?",
 def test_answers_asked_together_equal_the_same_questions_asked_alone(sample_service, tmp_path_factory):
     alone = {}
     for q in QUESTIONS:
-        alone[q] = sample_service.ask(q, config=sample_service.generation_config(24)).text
-    settings = _settings(tmp_path_factory, max_new_tokens=24, max_batch=4, top_k=None)
+        alone[q] = sample_service.ask(q, max_new_tokens=24).text
+    settings = _settings(tmp_path_factory, max_new_tokens=24, max_batch=4, max_sources=None)
     service = CopilotService(settings, sample_service.store, sample_service.engine)
     with ServerThread(create_app(settings, service)) as server, ThreadPoolExecutor(len(QUESTIONS)) as pool:
         def ask(q: str) -> dict:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
-
 import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from schemathesis.generation import GenerationMode
 
 from copilot.api.app import create_app
@@ -48,7 +48,7 @@ def fuzz_server(tmp_path_factory, embedded_engine, embedder):
     store = ChunkStore(data_dir, embedder=embedder)
     ingest_paths([corpus], store, progress=False)
     settings = Settings(data_dir=data_dir, max_new_tokens=1, max_new_tokens_cap=2, max_prompt_tokens=256,
-                        top_k=2, max_upload_bytes=4096, max_upload_files=3, _env_file=None)
+                        max_sources=2, max_upload_bytes=4096, max_upload_files=3, _env_file=None)
     service = CopilotService(settings, store, embedded_engine)
     with ServerThread(create_app(settings, service)) as server:
         yield server
@@ -61,27 +61,34 @@ def _operations(server: ServerThread):
     return ops
 
 
+def _fuzz(op: schemathesis.APIOperation, base_url: str, session: requests.Session, seen: dict[str, set[int]],
+          failures: list[str]) -> None:
+    """Send ``op`` its valid and invalid generated cases; record each status code in ``seen``
+    and each 5xx other than 503 in ``failures`` (with a curl command that reproduces it)."""
+    strategy = st.one_of(op.as_strategy(GenerationMode.POSITIVE), op.as_strategy(GenerationMode.NEGATIVE))
+
+    @settings(max_examples=2 * EXAMPLES, deadline=None, database=None, derandomize=True,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(case=strategy)
+    def run(case) -> None:
+        response = case.call(base_url=base_url, session=session, timeout=60)
+        seen.setdefault(op.label, set()).add(response.status_code)
+        if response.status_code >= 500 and response.status_code != 503:
+            failures.append(f"{op.label} -> {response.status_code}: {response.text[:300]}\n"
+                            f"  reproduce: {case.as_curl_command()}")
+        # every answer, errors included, names its request id
+        assert response.headers.get("x-request-id"), op.label
+
+    run()
+
+
 def test_no_route_answers_500(fuzz_server):
     ops = _operations(fuzz_server)
     seen: dict[str, set[int]] = {}
     failures: list[str] = []
     with requests.Session() as session:
         for op in ops:
-            strategy = st.one_of(op.as_strategy(GenerationMode.POSITIVE), op.as_strategy(GenerationMode.NEGATIVE))
-
-            @settings(max_examples=2 * EXAMPLES, deadline=None, database=None, derandomize=True,
-                      phases=[Phase.generate], suppress_health_check=list(HealthCheck), print_blob=False)
-            @given(case=strategy)
-            def run(case) -> None:
-                response = case.call(base_url=fuzz_server.url, session=session, timeout=60)
-                seen.setdefault(op.label, set()).add(response.status_code)
-                if response.status_code >= 500 and response.status_code != 503:
-                    failures.append(f"{op.label} -> {response.status_code}: {response.text[:300]}\n"
-                                    f"  reproduce: {case.as_curl_command()}")
-                # every answer, errors included, names its request id
-                assert response.headers.get("x-request-id"), op.label
-
-            run()
+            _fuzz(op, fuzz_server.url, session, seen, failures)
     assert not failures, "\n".join(failures)
     assert set(seen) == {op.label for op in ops}, seen  # every operation was called
     assert fuzz_server.server.started  # still serving

@@ -79,27 +79,27 @@ def test_parse_compact_date():
 
 @pytest.mark.parametrize("filters", [{"since": "1737331200"}, {"until": 1737331200}, {"since": 1.5e9},
                                      {"since": "20261399"}])
-def test_ambiguous_dates_are_a_422_naming_the_field_and_the_formats(client, filters):
+def test_ambiguous_dates_are_a_400_naming_the_field_and_the_formats(client, filters):
     field = next(iter(filters))
     for path, body in (("/v1/ask", {"question": "pool", "filters": filters}),
                        ("/v1/search", {"question": "pool", "filters": filters})):
         r = client.post(path, json=body)
-        assert r.status_code == 422, (path, r.text)
+        assert r.status_code == 400, (path, r.text)
         (err,) = r.json()["detail"]
         assert err["loc"] == ["body", "filters", field] and field in err["msg"] and "YYYYMMDD" in err["msg"]
     r = client.post("/v1/chat/completions", json={**CHAT, "filters": filters})
-    assert r.status_code == 422 and r.json()["error"]["param"] == f"filters.{field}"
+    assert r.status_code == 400 and r.json()["error"]["param"] == f"filters.{field}"
     assert "YYYYMMDD" in r.json()["error"]["message"]
 
 
 def test_compact_since_selects_the_right_days(client):
     """The issue's row: ``since: "20260120"`` was read as epoch seconds (1970) and matched every day."""
-    r = client.post("/v1/search", json={"question": "transfer failures disk pool", "top_k": 50,
+    r = client.post("/v1/search", json={"question": "transfer failures disk pool", "max_sources": 50,
                                         "filters": {"since": "20260127"}})
     assert r.status_code == 200, r.text
     created = [s["created"][:10] for s in r.json()["sources"]]
     assert created and all(c >= "2026-01-27" for c in created), created
-    everything = client.post("/v1/search", json={"question": "transfer failures disk pool", "top_k": 50}).json()
+    everything = client.post("/v1/search", json={"question": "transfer failures disk pool", "max_sources": 50}).json()
     assert any(s["created"] and s["created"][:10] < "2026-01-27" for s in everything["sources"])
 
 
@@ -115,7 +115,7 @@ SURROGATE = "\\ud800"  # as written in the raw JSON text
 
 @pytest.mark.parametrize("field", ["source", "ticket_key"])
 @pytest.mark.parametrize("route", ["ask", "ask-stream", "chat", "chat-stream", "search"])
-def test_lone_surrogate_in_a_filter_is_a_422(client, field, route):
+def test_lone_surrogate_in_a_filter_is_a_400(client, field, route):
     """The issue's row: a 500 "Invalid where clause" on /v1/ask, streaming and chat."""
     filters = f'{{"{field}": "{SURROGATE}"}}'
     path, raw = {
@@ -126,7 +126,7 @@ def test_lone_surrogate_in_a_filter_is_a_422(client, field, route):
         "search": ("/v1/search", f'{{"question": "pool", "filters": {filters}}}'),
     }[route]
     r = _post_raw(client, path, raw)
-    assert r.status_code == 422, r.text
+    assert r.status_code == 400, r.text
     assert "surrogate" in r.text and field in r.text
 
 
@@ -151,7 +151,7 @@ def test_lone_surrogates_anywhere_are_a_4xx(light_app, path, raw):
     with TestClient(light_app(api_keys=["k"])) as c:
         r = c.post(path, content=raw.encode(), headers={"content-type": "application/json",
                                                         "Authorization": "Bearer k"})
-    assert r.status_code == 422, r.text
+    assert r.status_code == 400, r.text
     assert r.json()["detail"]
 
 
@@ -190,7 +190,7 @@ def _model_bare_strings(model: type[BaseModel]) -> list[str]:
                                    openai_schemas.ChatCompletionRequest])
 def test_every_request_string_is_checked_for_valid_unicode(model):
     """The whole kind: every str of every request model (nested ones, dict keys and free-form
-    JSON included) is ``Text`` or ``JSONObject``, so invalid Unicode is a 422 wherever it is."""
+    JSON included) is ``Text`` or ``JSONObject``, so invalid Unicode is a 400 wherever it is."""
     assert _model_bare_strings(model) == []
 
 
@@ -213,10 +213,12 @@ def test_percent_encoded_invalid_utf8_in_a_path_is_not_a_500(light_app):
     ({"logprobs": True}, "logprobs"),
     ({"logprobs": True, "top_logprobs": 3}, "logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),
-    ({"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
-    ({"functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    ({"reasoning_effort": "low"}, "reasoning_effort"),
+    ({"store": True}, "store"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}], "tool_choice": "required"},
+     "tool_choice"),
     ({"function_call": {"name": "f"}}, "function_call"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
@@ -238,8 +240,15 @@ def test_unsupported_openai_parameters_are_a_400_naming_them(client, extra, para
                                    {"logit_bias": {"42": -100}, "frequency_penalty": 0.5, "presence_penalty": -1.0},
                                    {"repetition_penalty": 1.1, "no_repeat_ngram_size": 3, "min_new_tokens": 2,
                                     "bad_words_ids": [[5, 6]], "suppress_tokens": [7]},
-                                   {"user": "alice", "store": False, "metadata": {"k": "v"}, "parallel_tool_calls": True},
-                                   {"some_future_parameter": 1}])
+                                   {"user": "alice", "store": False, "metadata": {"k": "v"},
+                                    "parallel_tool_calls": True},
+                                   {"some_future_parameter": 1},
+                                   # Open WebUI sends its tools by default: accepted, never called
+                                   {"tools": [{"type": "function",
+                                               "function": {"name": "get_weather", "parameters": {}}}]},
+                                   {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
+                                   {"functions": [{"name": "f", "parameters": {}}], "function_call": "none"},
+                                   {"top_k": 20}, {"top_k": -1}, {"use_context": False}])
 def test_defaults_and_harmless_openai_parameters_are_accepted(client, extra):
     r = client.post("/v1/chat/completions", json={**CHAT, **extra})
     assert r.status_code == 503 and "model" in r.json()["error"]["message"], r.text  # passed: no model here
@@ -254,10 +263,10 @@ def test_chat_generation_settings_out_of_range_are_refused_naming_them(client, e
 
 
 def test_ask_refuses_unknown_fields(client):
-    """/v1/ask accepts no field it ignores: sampling knobs it has are honoured, others are 422."""
+    """/v1/ask accepts no field it ignores: sampling knobs it has are honoured, others are 400."""
     for extra in ({"n": 2}, {"logprobs": True}, {"best_of": 2}, {"stop": ["x"]}):
         r = client.post("/v1/ask", json={"question": "x", **extra})
-        assert r.status_code == 422 and r.json()["detail"][0]["type"] == "extra_forbidden", extra
+        assert r.status_code == 400 and r.json()["detail"][0]["type"] == "extra_forbidden", extra
 
 
 # -- the sources footer ----------------------------------------------------------------------------------

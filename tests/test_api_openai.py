@@ -11,19 +11,19 @@ import openai
 import pytest
 
 from copilot.api.app import create_app
-from copilot.config import Settings
 from copilot.api.server import ServerThread
+from copilot.config import Settings
 from copilot.service import CopilotService
 
 pytestmark = pytest.mark.slow
 
 QUESTION = "What was the resolution of OPS-107?"
-EXTRA = {"top_k": 2}  # short prompts keep the real model fast
+EXTRA = {"max_sources": 2}  # short prompts keep the real model fast
 
 
 @pytest.fixture(scope="module")
 def server(sample_service, tmp_path_factory):
-    settings = Settings(data_dir=tmp_path_factory.mktemp("openai-data"), max_new_tokens=8, top_k=2,
+    settings = Settings(data_dir=tmp_path_factory.mktemp("openai-data"), max_new_tokens=8, max_sources=2,
                         api_keys=["sk-test"], require_key_for_ask=True, _env_file=None)
     service = CopilotService(settings, sample_service.store, sample_service.engine)
     with ServerThread(create_app(settings, service)) as srv:
@@ -102,7 +102,7 @@ def test_sources_reach_standard_clients_as_a_footer(client):
 def test_sources_footer_can_be_turned_off(sample_service, tmp_path):
     from fastapi.testclient import TestClient
 
-    settings = Settings(data_dir=tmp_path, max_new_tokens=4, top_k=2, openai_sources_footer=False, _env_file=None)
+    settings = Settings(data_dir=tmp_path, max_new_tokens=4, max_sources=2, openai_sources_footer=False, _env_file=None)
     service = CopilotService(settings, sample_service.store, sample_service.engine)
     with TestClient(create_app(settings, service)) as c:
         body = c.post("/v1/chat/completions", json={"model": "opscopilot", "messages": [
@@ -125,19 +125,19 @@ def test_history_and_system_messages(client):
 def test_openai_errors(client, server):
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": QUESTION}])
-    with pytest.raises(openai.UnprocessableEntityError, match="last message"):
+    with pytest.raises(openai.BadRequestError, match="last message"):
         client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": QUESTION},
                                                                       {"role": "assistant", "content": "hi"}])
-    with pytest.raises(openai.UnprocessableEntityError, match="text content"):
+    with pytest.raises(openai.BadRequestError, match="text content"):
         client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "http://127.0.0.1/x.png"}}]}])
-    with pytest.raises(openai.UnprocessableEntityError, match="cap"):
+    with pytest.raises(openai.BadRequestError, match="cap"):
         client.chat.completions.create(model="opscopilot", max_tokens=10**6,
                                        messages=[{"role": "user", "content": QUESTION}])
     # parameters the server does not implement: 400 naming them, never silently dropped
     for kwargs, param in (({"n": 2}, "n"), ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
                           ({"tools": [{"type": "function", "function": {"name": "get_ticket", "parameters": {
-                              "type": "object", "properties": {}}}}]}, "tools"),
+                              "type": "object", "properties": {}}}}], "tool_choice": "required"}, "tool_choice"),
                           ({"response_format": {"type": "json_object"}}, "response_format")):
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": QUESTION}],
@@ -161,7 +161,7 @@ def test_client_disconnect_stops_a_real_generation(server):
     with httpx.Client(base_url=server.url, headers=headers, timeout=60) as c:
         before = cancelled_count(c)
         payload = {"question": "Describe the FTS outage post-mortem in detail.", "max_new_tokens": 200,
-                   "top_k": 2, "stream": True}
+                   "max_sources": 2, "stream": True}
         with c.stream("POST", "/v1/ask", json=payload) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
@@ -173,7 +173,8 @@ def test_client_disconnect_stops_a_real_generation(server):
             time.sleep(0.05)
         text = c.get("/metrics").text
     # the cancelled generation stopped early: far fewer than 200 tokens were generated in this module
-    tokens = float(next(l.split()[-1] for l in text.splitlines() if l.startswith("copilot_generated_tokens_total")))
+    tokens = float(next(line.split()[-1] for line in text.splitlines()
+                        if line.startswith("copilot_generated_tokens_total")))
     assert tokens < 200
 
 
@@ -189,7 +190,8 @@ def test_not_found_and_checked_literals_reach_openai_clients(client):
     ok = client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": QUESTION}],
                                         max_tokens=8, extra_body=EXTRA)
     answer = ok.model_extra
-    assert answer["not_found"] is False and isinstance(answer["quotes"], list) and isinstance(answer["unverified"], list)
+    assert (answer["not_found"] is False and isinstance(answer["quotes"], list)
+            and isinstance(answer["unverified"], list))
     text = ok.choices[0].message.content
     for lit in answer["quotes"] + answer["unverified"]:
         assert text[lit["answer_start"]:lit["answer_end"]] == lit["literal"]

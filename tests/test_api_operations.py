@@ -17,8 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from copilot.api.app import create_app
-from copilot.config import Settings
 from copilot.api.server import ServerThread
+from copilot.config import Settings
 from copilot.service import CopilotService
 from decoding.engine import GenerationResult, StreamEvent
 from decoding.stats import DrafterStats, GenerationStats
@@ -41,7 +41,10 @@ class PacedEngine:
         self.started = threading.Event()
         self.finished: list[str] = []
 
-    def stream(self, prompt_ids, config, contexts=(), cancel=None):
+    def resolve(self, config):
+        return None
+
+    def stream(self, prompt_ids, config, contexts=(), cancel=None, settings=None):
         self.started.set()
         t0 = time.perf_counter()
         reason, out = "length", []
@@ -57,16 +60,17 @@ class PacedEngine:
             time.sleep(self.step_s)
             out.append(42)
             yield StreamEvent(" ok", [42])
-        stats = GenerationStats(prompt_tokens=len(prompt_ids), new_tokens=len(out), target_passes=max(1, len(out) // 2),
-                                decode_tokens=len(out), total_ms=(time.perf_counter() - t0) * 1000,
-                                finish_reason=reason, drafters={"ngram": DrafterStats(rounds=2, proposed=8, accepted=6)})
+        stats = GenerationStats(prompt_tokens=len(prompt_ids), new_tokens=len(out),
+                                target_passes=max(1, len(out) // 2), decode_tokens=len(out),
+                                total_ms=(time.perf_counter() - t0) * 1000, finish_reason=reason,
+                                drafters={"ngram": DrafterStats(rounds=2, proposed=8, accepted=6)})
         self.finished.append(reason)
         yield StreamEvent("", [], GenerationResult(out, " ok" * len(out), reason, stats))
 
 
 def _settings(tmp_path_factory, **overrides) -> Settings:
     base = dict(data_dir=tmp_path_factory.mktemp("ops-data"), max_new_tokens=4, max_new_tokens_cap=1000,
-                top_k=2, _env_file=None)
+                max_sources=2, _env_file=None)
     return Settings(**{**base, **overrides})
 
 
@@ -159,16 +163,16 @@ def test_body_limits_answer_413_with_a_reason(make_app):
         assert c.get("/healthz").status_code == 200  # the server is fine afterwards
 
 
-def test_question_over_the_prompt_budget_is_413_over_the_length_limit_422(make_app):
+def test_question_over_the_prompt_budget_is_413_over_the_length_limit_400(make_app):
     app, _ = make_app(max_prompt_tokens=256, max_question_chars=3000)
     long_question = "Why did the transfer from site A to site B fail again this morning? " * 30  # ~2,000 chars
     with TestClient(app) as c:
         r = c.post("/v1/ask", json={"question": long_question})
         assert r.status_code == 413 and "prompt tokens" in r.json()["detail"] and "256" in r.json()["detail"]
         r = c.post("/v1/ask", json={"question": "x" * 3001})
-        assert r.status_code == 422 and "3000" in r.json()["detail"]
+        assert r.status_code == 400 and "3000" in r.json()["detail"]
         r = c.post("/v1/ask", json={"question": "x", "max_new_tokens": 1001})
-        assert r.status_code == 422 and "cap 1000" in r.json()["detail"]
+        assert r.status_code == 400 and "cap 1000" in r.json()["detail"]
 
 
 def test_history_is_trimmed_to_fit(make_app):
@@ -203,7 +207,8 @@ def test_full_queue_answers_503_with_retry_after(paced_server):
         r = c.post("/v1/ask", json=payload)
         assert r.status_code == 503, r.text
         assert int(r.headers["retry-after"]) >= 3 and "queue is full" in r.json()["detail"]
-        r = c.post("/v1/chat/completions", json={"model": "opscopilot", "messages": [{"role": "user", "content": QUESTION}]})
+        r = c.post("/v1/chat/completions",
+                   json={"model": "opscopilot", "messages": [{"role": "user", "content": QUESTION}]})
         assert r.status_code == 503 and r.headers["retry-after"] and r.json()["error"]["code"] == "server_overloaded"
         assert "copilot_queue_depth 1.0" in c.get("/metrics").text
         engine.gate.set()

@@ -170,9 +170,9 @@ def test_text_logs_carry_the_request_id(light_app, capsys):
 
 def test_uvicorn_access_lines_carry_the_request_id(light_app, capsys):
     """Under a real uvicorn, its access log goes through the same handler, with the id."""
-    from copilot.api.server import ServerThread
-
     import httpx
+
+    from copilot.api.server import ServerThread
 
     with ServerThread(light_app(log_format="json"), log_level="info") as server:
         capsys.readouterr()

@@ -14,8 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from decoding.embedded import (EMBEDDED_MODELS, QWEN_CODER_05B, QWEN_CODER_15B, EmbeddedModel, EmbeddedModelError,
-                               Part, assemble_gguf, embedded_folder, find_embedded)
+from decoding.embedded import (
+    EMBEDDED_MODELS,
+    QWEN_CODER_05B,
+    QWEN_CODER_15B,
+    EmbeddedModel,
+    EmbeddedModelError,
+    Part,
+    assemble_gguf,
+    embedded_folder,
+    find_embedded,
+)
 from decoding.models import ModelLoadError, load_model
 
 
@@ -59,8 +68,10 @@ def test_parts_concatenate_in_order_with_every_hash_checked(parts, tmp_path):
 
 def test_a_missing_part_is_named_with_the_install_command(parts, tmp_path):
     model, site, _ = parts
-    broken = EmbeddedModel(model.name, model.folder, model.parts + (Part("fake-model-part4", "1.0", "data/part04.bin"),))
-    with pytest.raises(EmbeddedModelError, match=r"fake-model-part4.*not installed.*1 of its 4.*copilot models install"):
+    broken = EmbeddedModel(model.name, model.folder,
+                           model.parts + (Part("fake-model-part4", "1.0", "data/part04.bin"),))
+    with pytest.raises(EmbeddedModelError,
+                       match=r"fake-model-part4.*not installed.*1 of its 4.*copilot models install"):
         assemble_gguf(broken, tmp_path / "x.gguf")
     assert not (tmp_path / "x.gguf").exists()
     assert broken.missing_parts() == ["fake-model-part4"]
@@ -70,7 +81,8 @@ def test_a_corrupt_part_is_named_and_nothing_half_assembled_is_left(parts, tmp_p
     model, site, _ = parts
     part = site / "fake_model_part2" / "data" / "part02.bin"
     part.write_bytes(b"X" + part.read_bytes()[1:])
-    with pytest.raises(EmbeddedModelError, match=r"part fake-model-part2 \(part02.bin\) is corrupt: sha256 [0-9a-f]{64}"):
+    with pytest.raises(EmbeddedModelError,
+                       match=r"part fake-model-part2 \(part02.bin\) is corrupt: sha256 [0-9a-f]{64}"):
         assemble_gguf(model, tmp_path / "y.gguf")
     assert not (tmp_path / "y.gguf").exists()
     with pytest.raises(ModelLoadError):  # through the loader: a ModelLoadError, the cache left empty

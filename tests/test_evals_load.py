@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from test_api_operations import PacedEngine, _settings
 
 from copilot.api.app import create_app
 from copilot.api.server import ServerThread
 from copilot.service import CopilotService
 from evals.load import LoadArgs, load_markdown, load_plot, run_load
-from test_api_operations import PacedEngine, _settings
 
 pytestmark = pytest.mark.slow
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from copilot.grounding import (DateRef, DocumentText, assess, entity_order, holds, not_found_answer,
-                               question_entities)
+from copilot.grounding import DateRef, DocumentText, assess, entity_order, holds, not_found_answer, question_entities
 
-SE04 = DocumentText("elog#1", "2026-04-03 se-04.alp.example: [ERROR] Socket timeout; fixed with ethtool -G eth0 rx 4096",
+SE04 = DocumentText("elog#1",
+                    "2026-04-03 se-04.alp.example: [ERROR] Socket timeout; fixed with ethtool -G eth0 rx 4096",
                     ("2026-04-03T09:10:00+02:00",))
 SE07 = DocumentText("jira#ALP-204", "ALP-204 se-07.alp.example: [ERROR] Socket timeout; raised xrootd.sched maxt 2048",
                     ("2026-04-12T11:00:00+02:00",))
@@ -72,20 +72,21 @@ def test_not_found_answer_lists_the_closest_entries():
 def test_service_answers_not_found_without_running_the_model(sample_service):
     """A question naming a host no entry mentions: "not found" with the closest entries, no
     target pass, and the answer still carries its sources; a named host that exists answers."""
-    prepared = sample_service.prepare("Which command restarted dc-pool-99 after the RAID rebuild?")
+    prepared = sample_service.prepare(
+        sample_service.question("Which command restarted dc-pool-99 after the RAID rebuild?"))
     assert not prepared.grounding.answerable and prepared.grounding.missing == ["dc-pool-99"]
     answer = sample_service.answer(prepared)
     assert answer.not_found and answer.text.startswith("Not found") and "dc-pool-99" in answer.text
     assert answer.stats.get("target_passes", 0) == 0 and answer.sources
     assert answer.cited and all(1 <= n <= len(answer.sources) for n in answer.cited)
-    ok = sample_service.prepare("Which command restarted dc-pool-07 after the RAID rebuild?")
+    ok = sample_service.prepare(sample_service.question("Which command restarted dc-pool-07 after the RAID rebuild?"))
     assert ok.grounding.answerable and ok.prompt.sources[0].doc_id == "logbooks/operations.elog#2"
 
 
 @pytest.mark.slow
 def test_elog_entry_brings_its_linked_reply(sample_service):
     """The problem entry (MID 1) names its reply (MID 2), which holds the fix: both are shown."""
-    sources = sample_service.search("dc-pool-07 offline after disk failure, what was done?", top_k=2)
+    sources = sample_service.search("dc-pool-07 offline after disk failure, what was done?", max_sources=2)
     ids = [s.doc_id for s in sources]
     assert ids[0] in ("logbooks/operations.elog#1", "logbooks/operations.elog#2")
     assert {"logbooks/operations.elog#1", "logbooks/operations.elog#2"} <= set(ids) and len(ids) == 2

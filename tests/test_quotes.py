@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from copilot.quotes import Quote, _squash, check_literals, extract_literals
 from copilot.retrieval import Passage
@@ -65,7 +66,8 @@ def test_quoted_literals_name_the_source_chunk_and_offsets():
     assert check.unverified == []
     by_literal = {q.literal: q for q in check.quotes}
     q = by_literal["systemctl restart dcache@dc-pool-07Domain.service"]
-    assert (q.n, q.doc_id, q.chunk_id, q.kind) == (1, "logbooks/operations.elog#2", "logbooks/operations.elog#2#0", "code")
+    assert (q.n, q.doc_id, q.chunk_id, q.kind) == (
+        1, "logbooks/operations.elog#2", "logbooks/operations.elog#2#0", "code")
     assert DOC[q.start:q.end] == q.literal
     assert answer[q.answer_start:q.answer_end] == q.literal
     assert q.highlight == 0

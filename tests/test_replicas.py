@@ -95,7 +95,7 @@ def test_eight_clients_over_both_replicas(replicas, tmp_path):
     urls = [s.url for s in replicas["servers"].values()]
     questions = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
     args = argparse.Namespace(clients=8, duration=LOAD_S, max_requests=400, sequential=2, max_new_tokens=16,
-                              top_k=3, request_timeout=120.0)
+                              max_sources=3, request_timeout=120.0)
     samples, wall = asyncio.run(load(urls, "none", "opscopilot", questions, args))
     summary = summarise(samples, wall)
     (tmp_path / "load.json").write_text(json.dumps(summary, indent=2))
@@ -156,5 +156,5 @@ def test_replica_killed_mid_ingest_is_resumed_by_the_other(replicas):
     finally:
         db.close()
     # the resumed documents answer
-    found = httpx.post(f"{b}/v1/search", json={"question": "wn039-019 drained", "top_k": 3}, timeout=60).json()
+    found = httpx.post(f"{b}/v1/search", json={"question": "wn039-019 drained", "max_sources": 3}, timeout=60).json()
     assert "bulk/bulk-039.jsonl#BULK-039-019" in [s["doc_id"] for s in found["sources"]], found

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from copilot.api.schemas import Filters
 from copilot.langchain_retriever import OpsCopilotRetriever
 from copilot.retrieval import named_keys
-from copilot.api.schemas import Filters
 from ingestion.documents import SearchFilter
 
 pytestmark = pytest.mark.slow
@@ -107,7 +107,7 @@ def test_langchain_retriever(sample_service):
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
 
-    lc = OpsCopilotRetriever.from_store(sample_service.store, top_k=3,
+    lc = OpsCopilotRetriever.from_store(sample_service.store, k=3,
                                         filters=Filters(doc_types=["jira"]))
     assert isinstance(lc, BaseRetriever)
     docs = lc.invoke("What was the resolution of OPS-107?")

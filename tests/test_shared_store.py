@@ -87,7 +87,7 @@ def test_two_stores_on_one_postgres_see_each_others_writes(tmp_path, postgres_ur
 
 def test_hybrid_retrieval_on_the_shared_store_matches_the_embedded_one(tmp_path, postgres_url, pg_collection):
     """The expected document among the top 3 for each fixture question on both stores (recall@k and
-    MRR on both stores are measured by ``copilot eval retrieval`` on both question sets: README)."""
+    MRR on both stores are measured by ``copilot eval retrieval`` on both question sets: evals/results/README.md)."""
     corpus = copy_corpus(tmp_path / "corpus")
     embedded = ChunkStore(tmp_path / "embedded", embedder=shared_embedder())
     shared = ChunkStore(tmp_path / "shared", database_url=postgres_url, collection=pg_collection,

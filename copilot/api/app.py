@@ -11,14 +11,29 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from copilot.api import errors, logs
-from copilot.config import Settings, get_settings
+from copilot.api import errors, logs, openapi
 from copilot.api.jobs import IngestJobManager
 from copilot.api.limits import BodyLimitMiddleware
 from copilot.api.metrics import Metrics, MetricsMiddleware
-from copilot.api.routes import ask, chat, documents, health, ingest, metrics, search, ui
-from copilot.service import CopilotService
+from copilot.api.routes import (
+    ask,
+    chat,
+    completions,
+    documents,
+    embeddings,
+    feedback,
+    health,
+    ingest,
+    metrics,
+    models,
+    responses,
+    search,
+    ui,
+)
 from copilot.api.scheduler import BatchScheduler, make_batch
+from copilot.config import Settings, get_settings
+from copilot.service import CopilotService
+from ingestion.stores.feedback_table import FeedbackTable
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +45,11 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         settings: defaults to :func:`get_settings` (environment and config file).
         service: an already-built service (tests share one across apps); it is not closed
             at shutdown.
-    Routes: ``/`` (the page), ``/v1/ask``, ``/v1/search``, ``/v1/chat/completions``, ``/v1/models``, ``/v1/ingest``,
-    ``/v1/documents``, ``/healthz``, ``/readyz``, ``/metrics`` (see ``/docs``).
-
-    Middleware, outermost first: request ids (``X-Request-Id`` on every response, in every
-    log line), metrics, CORS (only with ``cors_origins``), body limits. At start-up the
-    root logger gets one handler in ``log_format`` (see :func:`copilot.api.logs.configure`).
+    Routes: ``/`` (the page), ``/v1/ask``, ``/v1/search``, ``/v1/ingest``, ``/v1/documents``,
+    ``/v1/feedback``; OpenAI's ``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``,
+    ``/v1/embeddings``, ``/v1/models``; ``/healthz``, ``/readyz``, ``/metrics`` (see ``/docs``).
+    At start-up the root logger gets one handler in ``log_format``
+    (see :func:`copilot.api.logs.configure`).
     """
     settings = settings or get_settings()
     app_metrics = Metrics()
@@ -58,6 +72,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             IngestJobManager, app.state.service.store, settings.uploads_dir,
             replica_id=settings.replica_id or f"{socket.gethostname()}:{settings.port}", lease_s=settings.job_lease_s,
             on_finish=lambda job: app_metrics.ingest_jobs.labels(job.status).inc())
+        app.state.feedback = await asyncio.to_thread(FeedbackTable, app.state.service.store.db)
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
                  app.state.service.store.location, app.state.ingest_jobs.replica_id)
         try:
@@ -65,10 +80,24 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         finally:
             app.state.ingest_jobs.close()
             app.state.scheduler.close()
+            if service is None:  # built here: nothing of it may outlive the app (a thread in torch aborts the exit)
+                app.state.service.stop_background()
 
     app = FastAPI(title="OpsCopilot", version="0.1.0", lifespan=lifespan,
                   description="Question answering over operations logbooks and tickets, with citations.")
     errors.install(app)
+    openapi.install(app)
+    _add_middleware(app, settings, app_metrics)
+    for router in (health.router, metrics.router, ask.router, search.router, models.router, chat.router,
+                   completions.router, embeddings.router, responses.router, ingest.router, documents.router,
+                   feedback.router, ui.router):
+        app.include_router(router)
+    return app
+
+
+def _add_middleware(app: FastAPI, settings: Settings, app_metrics: Metrics) -> None:
+    """Outermost first: request ids (``X-Request-Id`` on every response, in every log line),
+    metrics (413s and CORS answers are counted too), CORS (only with ``cors_origins``), body limits."""
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
                        max_upload_bytes=settings.max_upload_bytes, upload_paths=("/v1/ingest",))
     if settings.cors_origins:
@@ -76,9 +105,5 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
                            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type", logs.HEADER],
                            expose_headers=[logs.HEADER, "Retry-After"], max_age=600)
-    app.add_middleware(MetricsMiddleware, metrics=app_metrics)  # 413s and CORS answers are counted too
-    app.add_middleware(logs.RequestIdMiddleware)  # outermost: every response carries the id
-    for router in (health.router, metrics.router, ask.router, search.router, chat.router, ingest.router, documents.router,
-                   ui.router):
-        app.include_router(router)
-    return app
+    app.add_middleware(MetricsMiddleware, metrics=app_metrics)
+    app.add_middleware(logs.RequestIdMiddleware)

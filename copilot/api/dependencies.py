@@ -7,11 +7,11 @@ import secrets
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from copilot.config import Settings
 from copilot.api.jobs import IngestJobManager
 from copilot.api.metrics import Metrics
-from copilot.service import CopilotService
 from copilot.api.scheduler import BatchScheduler
+from copilot.config import Settings
+from copilot.service import CopilotService
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_KEYS")
 

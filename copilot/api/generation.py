@@ -1,13 +1,13 @@
 """Running a question on the batch scheduler from async request handlers.
 
-Shared by ``/v1/ask`` and ``/v1/chat/completions``. :func:`start` makes the cheap checks
-(422 bad question, 413 question over the prompt budget) and queues one
-:class:`QuestionJob` (full queue → 503 with Retry-After). When the scheduler admits it, the
+Shared by ``/v1/ask`` and the OpenAI routes. A route checks its request once with
+:func:`question` (400 naming the parameter, 413 over the prompt budget); :func:`start`
+queues one :class:`QuestionJob` (full queue → 503 with Retry-After). When the scheduler admits it, the
 job retrieves and builds the prompt on the scheduler's thread — not beside it: on a
 CPU-only host both are compute-bound, and running the query embedding while another
 request decodes slows both (measured on 2 cores: retrieval 20 → 135 ms) — then joins the
 decoding batch. :meth:`GenerationRun.prepared` waits for the prompt (sources known; a late
-413/422 from prompt building surfaces here), and :meth:`GenerationRun.deltas` streams the
+413 from prompt building surfaces here), and :meth:`GenerationRun.deltas` streams the
 text, cancelling the job when the client disconnects or the consumer stops.
 """
 
@@ -17,14 +17,17 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 from fastapi import HTTPException, Request, status
 
+from copilot.api.errors import ParameterError
 from copilot.api.metrics import Metrics
-from copilot.prompting import PromptTooLongError
-from copilot.service import AnswerAssembler, AnswerFeed, CopilotService, Prepared
 from copilot.api.scheduler import DONE, BatchLike, BatchScheduler, Job, QueueFullError
+from copilot.prompting import PromptTooLongError
+from copilot.question import Question
+from copilot.service import AnswerAssembler, AnswerFeed, CopilotService, Prepared
+from decoding.config import GenerationSettingError
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +49,34 @@ class _PromptRejected:
     exc: Exception
 
 
-def _as_http(exc: Exception) -> HTTPException:
-    """Map :meth:`CopilotService.prepare` errors to 413 / 422 / 503."""
+def _as_http(exc: Exception, params: Mapping[str, str] | None = None) -> HTTPException:
+    """Map :meth:`CopilotService.question` / :meth:`~CopilotService.prepare` errors to 413 / 400 / 503.
+
+    Args:
+        params: the client's name for a :class:`GenerationConfig` field when it differs
+            (e.g. ``{"max_new_tokens": "max_tokens"}`` on the OpenAI routes), for ``error.param``.
+    """
     if isinstance(exc, PromptTooLongError):
-        return HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc))
+        return ParameterError(status.HTTP_413_CONTENT_TOO_LARGE, str(exc), None, "context_length_exceeded")
+    if isinstance(exc, GenerationSettingError):
+        param = (params or {}).get(exc.field, exc.field)
+        return ParameterError(status.HTTP_400_BAD_REQUEST, str(exc).replace(exc.field, param, 1), param,
+                              "invalid_value")
     if isinstance(exc, ValueError):
-        return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
-    return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc))
+        return ParameterError(status.HTTP_400_BAD_REQUEST, str(exc), None, "invalid_value")
+    return ParameterError(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc), None, "model_not_loaded")
+
+
+def question(service: CopilotService, text: str, params: Mapping[str, str] | None = None, **kwargs: Any) -> Question:
+    """:meth:`CopilotService.question` with its errors as HTTP errors (see :func:`_as_http`).
+
+    Raises:
+        HTTPException: 400 naming the parameter, 413 over the prompt budget, 503 no model.
+    """
+    try:
+        return service.question(text, **kwargs)
+    except (ValueError, RuntimeError) as exc:
+        raise _as_http(exc, params) from exc
 
 
 @dataclass
@@ -129,7 +153,7 @@ class GenerationRun:
         """Wait (through the queue) until the scheduler has retrieved and built the prompt.
 
         Raises:
-            HTTPException: 413/422 when prompt building refused the question, 503 without a
+            HTTPException: 413 when prompt building refused the question, 503 without a
                 model, 500 when the job failed, 499 when the client left while waiting.
         """
         try:
@@ -202,10 +226,10 @@ class QuestionJob(Job):
     decoding in the batch; the fixed answers (:meth:`CopilotService.fixed_answer`) and
     refused prompts end it without decoding."""
 
-    def __init__(self, service: CopilotService, metrics: Metrics, question: str, prepare_kwargs: dict[str, Any],
+    def __init__(self, service: CopilotService, metrics: Metrics, question: Question,
                  loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
-        self.service, self.metrics, self.question, self.prepare_kwargs = service, metrics, question, prepare_kwargs
+        self.service, self.metrics, self.question = service, metrics, question
         self.prepared: Prepared | None = None
         self.feed: AnswerFeed | None = None
         self.assembler: AnswerAssembler | None = None
@@ -214,7 +238,7 @@ class QuestionJob(Job):
         """Retrieve and build the prompt, then join ``batch`` (see :class:`~copilot.api.scheduler.Job`)."""
         self.metrics.queue_wait.observe(time.perf_counter() - self.submitted_at)
         try:
-            prepared = self.service.prepare(self.question, **self.prepare_kwargs)
+            prepared = self.service.prepare(self.question)
         except (ValueError, RuntimeError) as exc:  # PromptTooLongError is a ValueError
             self.emit(_PromptRejected(exc))
             self.emit(DONE)
@@ -226,9 +250,9 @@ class QuestionJob(Job):
             self._forward(fixed)
             self.emit(DONE)
             return None
-        self.feed = AnswerFeed(len(prepared.prompt.sources))
+        self.feed = AnswerFeed.for_prepared(prepared)
         handle, events = batch.add(prepared.prompt.input_ids, prepared.config, prepared.prompt.context_ids,
-                                   self.cancel_event.is_set)
+                                   self.cancel_event.is_set, self.question.logits)
         for event in events:
             self.deliver(event)
         if events and events[-1].result is not None:  # ended at its first token
@@ -254,31 +278,26 @@ class QuestionJob(Job):
             return
         if result.finish_reason == "cancelled":
             self.metrics.observe_generation("cancelled")
-        elif not self.prepared.prompt.sources:
+        elif self.question.retrieves and not self.prepared.prompt.sources:
             self.metrics.observe_generation("no_context")
         else:
             self.metrics.observe_generation(result.finish_reason, result.stats.to_dict())
 
 
-def start(request: Request, service: CopilotService, scheduler: BatchScheduler, metrics: Metrics, question: str, *,
-          endpoint: str, started: float | None = None, **prepare_kwargs: Any) -> GenerationRun:
-    """Check ``question`` and queue its retrieval and decoding on the scheduler.
+def start(request: Request, service: CopilotService, scheduler: BatchScheduler, metrics: Metrics,
+          question: Question, *, endpoint: str, started: float | None = None) -> GenerationRun:
+    """Queue ``question``'s retrieval and decoding on the scheduler.
 
     Args:
         request: the request being answered.
-        endpoint: metric label (``ask`` or ``chat``).
+        question: checked by :func:`question`.
+        endpoint: metric label (``ask``, ``chat``, ``completions`` or ``responses``).
         started: ``time.perf_counter()`` when the request arrived (for TTFT; default now).
-        prepare_kwargs: ``top_k``, ``flt``, ``history``, ``config`` as :meth:`CopilotService.prepare`.
     Raises:
-        HTTPException: 422 bad question, 413 question over the prompt budget, 503 no model or
-            a full queue (with ``Retry-After``).
+        HTTPException: 503 when the queue is full (with ``Retry-After``).
     """
     submitted = time.perf_counter()
-    try:
-        question = service.check(question, prepare_kwargs.get("config"))
-    except (ValueError, RuntimeError) as exc:
-        raise _as_http(exc) from exc
-    job = QuestionJob(service, metrics, question, prepare_kwargs, asyncio.get_running_loop())
+    job = QuestionJob(service, metrics, question, asyncio.get_running_loop())
     try:
         scheduler.submit(job)
     except QueueFullError as exc:

@@ -34,11 +34,6 @@ _SANE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
 
-def current_request_id() -> str:
-    """The id of the request being handled, or ``-``."""
-    return request_id_var.get()
-
-
 def new_request_id() -> str:
     """A fresh request id (32 hex digits)."""
     return uuid.uuid4().hex

@@ -9,8 +9,17 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from prometheus_client import (GCCollector, PlatformCollector, ProcessCollector, CollectorRegistry, Counter, Gauge,
-                               Histogram, disable_created_metrics, generate_latest)
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: Seconds; covers fast health checks up to multi-minute generations.

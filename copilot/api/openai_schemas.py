@@ -3,12 +3,15 @@
 Every chat parameter of OpenAI's API is modelled. Those OpsCopilot implements are used;
 ``logit_bias``, ``frequency_penalty`` and ``presence_penalty`` are honoured exactly (the output
 is what ``generate()`` gives with the same logits processors); those it cannot honour (``n`` > 1,
-``logprobs``, ``tools``, a ``response_format`` other than text, audio output, ...) are refused with a 400 naming the
-parameter when set to anything but their default (:meth:`ChatCompletionRequest.unsupported`);
-the rest (``user``, ``metadata``, ``store``, ...) have no effect on an answer and are ignored,
-as are names OpenAI does not define. Extensions: ``top_k`` and ``filters`` in the request
-(``extra_body`` in the ``openai`` client), ``sources`` and ``stats`` in the response (and in
-the last streamed chunk).
+``logprobs``, a forced tool call, a ``response_format`` other than text, audio output, ...) are
+refused with a 400 naming the parameter when set to anything but their default
+(:meth:`ChatCompletionRequest.unsupported`);
+``tools`` are accepted and never called (a ``tool_choice`` forcing a call is refused); ``user``
+and ``metadata`` are logged with the request; names OpenAI does not define are ignored.
+``top_k`` is sampling top-k, as in vLLM. Extensions (``extra_body`` in the ``openai``
+client): ``max_sources``, ``use_context`` and ``filters`` in the request; ``sources``,
+``quotes``, ``unverified``, ``not_found`` and ``stats`` in the response (and in the last
+streamed chunk).
 """
 
 from __future__ import annotations
@@ -17,8 +20,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from copilot.api.schemas import (SPECULATION_HELP, Filters, JSONObject, QuoteOut, Seed, SourceOut, Speculation, Text,
-                                 UnverifiedOut, logits_settings, speculation_settings)
+from copilot.api.schemas import (
+    SPECULATION_HELP,
+    Filters,
+    JSONObject,
+    QuoteOut,
+    Seed,
+    SourceOut,
+    Speculation,
+    Text,
+    UnverifiedOut,
+    logits_settings,
+    speculation_settings,
+)
 
 
 class ContentPart(BaseModel):
@@ -31,7 +45,9 @@ class ContentPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One message; ``system``/``developer`` messages are ignored (OpsCopilot has its own instructions)."""
+    """One message; ``system``/``developer`` messages are added to OpsCopilot's instructions
+    (or, with ``use_context: false``, sent as the system message); ``tool``/``function``
+    messages are left out of the prompt."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -71,24 +87,19 @@ class UnsupportedParameterError(ValueError):
         self.param = param
 
 
-class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions``: retrieval runs on the last message (which must be the user's);
-    earlier user/assistant messages become the conversation history."""
+class SamplingParams(BaseModel):
+    """The generation parameters the chat and completions routes share (OpenAI's names, and the
+    transformers / vLLM names clients send in ``extra_body``), all honoured exactly: the output
+    is what ``generate()`` gives with the same logits processors."""
 
     model_config = ConfigDict(extra="ignore")
 
-    model: Text = Field(min_length=1)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=100)
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=0, description="deprecated OpenAI name of max_completion_tokens")
-    max_completion_tokens: int | None = Field(None, ge=0)
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="default 0: greedy, exact")
     top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1, description="sampling top-k, as vLLM (0 or -1 = off); the number of "
+                              "sources is max_sources")
     seed: Seed | None = None
     stop: Text | list[Text] | None = Field(None, description="up to 4 stop strings")
-    # Logits settings, honoured exactly (as generate() with the same processors applies them);
-    # the last five are the transformers / vLLM names clients send in extra_body.
     logit_bias: dict[Text, float] | None = Field(None, description="{token id: bias in [-100, 100]}")
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
@@ -97,79 +108,16 @@ class ChatCompletionRequest(BaseModel):
     min_new_tokens: int | None = Field(None, ge=0)
     bad_words_ids: list[list[Annotated[int, Field(ge=0)]]] | None = Field(None, max_length=1024)
     suppress_tokens: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=4096)
-    # OpenAI parameters refused unless at their default (see unsupported())
-    n: int | None = Field(None, ge=1, le=128, description="only 1 choice is supported")
-    logprobs: bool | None = Field(None, description="not supported (only false)")
-    top_logprobs: int | None = Field(None, ge=0, le=20, description="not supported")
-    tools: list[JSONObject] | None = Field(None, description="not supported (no tool calls)")
-    tool_choice: Text | JSONObject | None = Field(None, description="only 'none' or 'auto' (never calls a tool)")
-    parallel_tool_calls: bool | None = None
-    functions: list[JSONObject] | None = Field(None, description="not supported (deprecated tools)")
-    function_call: Text | JSONObject | None = Field(None, description="only 'none' or 'auto'")
-    response_format: JSONObject | None = Field(None, description="only {\"type\": \"text\"}")
-    modalities: list[Text] | None = Field(None, description="only ['text']")
-    audio: JSONObject | None = Field(None, description="not supported")
-    web_search_options: JSONObject | None = Field(None, description="not supported")
-    # OpenAI parameters without effect on an answer here (accepted, ignored)
-    user: Text | None = None
-    metadata: dict[Text, Text] | None = None
-    store: bool | None = None
-    service_tier: Text | None = None
-    reasoning_effort: Text | None = None
-    # OpsCopilot extensions
-    top_k: int | None = Field(None, ge=1, le=100, description="source documents to retrieve")
-    filters: Filters | None = None
     speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
     num_speculative_tokens: int | None = Field(None, ge=1, le=16,
                                                description="γ ceiling per round (default: settings)")
 
     @model_validator(mode="after")
-    def _check(self) -> "ChatCompletionRequest":
-        if self.messages[-1].role != "user":
-            raise ValueError(f"the last message must be the user's question, got role {self.messages[-1].role!r}")
+    def _check_stops(self) -> "SamplingParams":
         stops = self.stop_strings
         if len(stops) > 4 or any(not s for s in stops):
             raise ValueError("stop: at most 4 non-empty strings")
         return self
-
-    def unsupported(self) -> UnsupportedParameterError | None:
-        """The first parameter set to a value this server cannot honour, as an error naming it
-        (None when every parameter can be honoured)."""
-        def error(param: str, what: str) -> UnsupportedParameterError:
-            return UnsupportedParameterError(param, f"{param}: {what} is not supported by this server")
-
-        if self.n is not None and self.n != 1:
-            return error("n", f"n={self.n} (only one choice)")
-        if self.logprobs:
-            return error("logprobs", "logprobs=true")
-        if self.top_logprobs:
-            return error("top_logprobs", f"top_logprobs={self.top_logprobs}")
-        if self.tools:
-            return error("tools", "tool calling")
-        if self.functions:
-            return error("functions", "function calling")
-        for param in ("tool_choice", "function_call"):
-            choice = getattr(self, param)
-            if choice is not None and choice not in ("none", "auto"):
-                return error(param, "forcing a tool call")
-        if self.response_format is not None and self.response_format.get("type", "text") != "text":
-            kind = self.response_format.get("type")
-            return error("response_format", f"response_format type {str(kind)[:40]!r} (only 'text')")
-        if self.modalities is not None and any(m != "text" for m in self.modalities):
-            return error("modalities", "output other than text")
-        if self.audio is not None:
-            return error("audio", "audio output")
-        if self.web_search_options is not None:
-            return error("web_search_options", "web search")
-        return None
-
-    def logits_settings(self) -> dict[str, Any]:
-        """``logit_bias`` and the penalties for :meth:`CopilotService.generation_config`."""
-        return logits_settings(self)
-
-    def speculation_settings(self) -> dict[str, Any]:
-        """The speculation settings for :meth:`CopilotService.generation_config` (unset ones left out)."""
-        return speculation_settings(self)
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -178,18 +126,124 @@ class ChatCompletionRequest(BaseModel):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
+    def generation_settings(self) -> dict[str, Any]:
+        """:class:`decoding.config.GenerationConfig` fields for :meth:`CopilotService.question`."""
+        return {"temperature": self.temperature or 0.0, "top_p": self.top_p if self.top_p is not None else 1.0,
+                "top_k": max(self.top_k or 0, 0), "seed": self.seed, "stop_strings": self.stop_strings,
+                **logits_settings(self), **speculation_settings(self)}
+
+
+def _refused(param: str, what: str) -> UnsupportedParameterError:
+    return UnsupportedParameterError(param, f"{param}: {what} is not supported by this server")
+
+
+def tool_use_refused(tool_choice: object, param: str = "tool_choice") -> UnsupportedParameterError | None:
+    """Tools are accepted and never called: a ``tool_choice`` absent, ``"auto"`` or ``"none"``
+    lets the model answer in text (Open WebUI sends its tools by default); one that forces a
+    call (``"required"``, a named function) cannot be honoured."""
+    if tool_choice is None or tool_choice in ("none", "auto"):
+        return None
+    return _refused(param, "forcing a tool call (tools are accepted, but this server never calls one)")
+
+
+class ChatCompletionRequest(SamplingParams):
+    """``POST /v1/chat/completions``: retrieval runs on the last message (which must be the user's);
+    earlier user/assistant messages become the conversation history, system and developer
+    messages are added to the instructions."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [
+        {"model": "opscopilot", "messages": [{"role": "user", "content": "Which command restarted dc-pool-07?"}]},
+        {"model": "opscopilot", "stream": True, "max_tokens": 200, "max_sources": 3,
+         "messages": [{"role": "system", "content": "Answer in one sentence."},
+                      {"role": "user", "content": "How was OPS-107 resolved?"}]}]})
+
+    model: Text = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=100)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=0, description="deprecated OpenAI name of max_completion_tokens")
+    max_completion_tokens: int | None = Field(None, ge=0)
+    # OpenAI parameters refused unless at their default (see unsupported())
+    n: int | None = Field(None, ge=1, le=128, description="only 1 choice is supported")
+    logprobs: bool | None = Field(None, description="not supported (only false)")
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="not supported")
+    tools: list[JSONObject] | None = Field(None, description="accepted; no tool is ever called")
+    tool_choice: Text | JSONObject | None = Field(None, description="only 'none' or 'auto' (never calls a tool)")
+    parallel_tool_calls: bool | None = None
+    functions: list[JSONObject] | None = Field(None, description="accepted (deprecated tools); never called")
+    function_call: Text | JSONObject | None = Field(None, description="only 'none' or 'auto'")
+    response_format: JSONObject | None = Field(None, description="only {\"type\": \"text\"}")
+    modalities: list[Text] | None = Field(None, description="only ['text']")
+    audio: JSONObject | None = Field(None, description="not supported")
+    web_search_options: JSONObject | None = Field(None, description="not supported")
+    reasoning_effort: Text | None = Field(None, description="not supported (not a reasoning model)")
+    store: bool | None = Field(None, description="only false (completions are not stored)")
+    # OpenAI parameters without effect on an answer (logged with the request)
+    user: Text | None = Field(None, description="logged with the request")
+    metadata: dict[Text, Text] | None = Field(None, description="logged with the request")
+    service_tier: Text | None = None
+    # OpsCopilot extensions
+    max_sources: int | None = Field(None, ge=1, le=100, description="source documents to retrieve and show")
+    use_context: bool = Field(True, description="false: no retrieval; the model answers the messages as sent")
+    filters: Filters | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "ChatCompletionRequest":
+        if self.messages[-1].role != "user":
+            raise ValueError(f"the last message must be the user's question, got role {self.messages[-1].role!r}")
+        return self
+
+    def unsupported(self) -> UnsupportedParameterError | None:
+        """The first parameter set to a value this server cannot honour, as an error naming it
+        (None when every parameter can be honoured)."""
+        if self.n is not None and self.n != 1:
+            return _refused("n", f"n={self.n} (only one choice)")
+        if self.logprobs:
+            return _refused("logprobs", "logprobs=true")
+        if self.top_logprobs:
+            return _refused("top_logprobs", f"top_logprobs={self.top_logprobs}")
+        refused = tool_use_refused(self.tool_choice) or tool_use_refused(self.function_call, "function_call")
+        if refused is not None:
+            return refused
+        if self.response_format is not None and self.response_format.get("type", "text") != "text":
+            kind = self.response_format.get("type")
+            return _refused("response_format", f"response_format type {str(kind)[:40]!r} (only 'text')")
+        if self.modalities is not None and any(m != "text" for m in self.modalities):
+            return _refused("modalities", "output other than text")
+        for param, what in (("audio", "audio output"), ("web_search_options", "web search"),
+                            ("reasoning_effort", "reasoning_effort (not a reasoning model)")):
+            if getattr(self, param) is not None:
+                return _refused(param, what)
+        if self.store:
+            return _refused("store", "store=true (chat completions are not stored)")
+        return None
+
     @property
-    def budget(self) -> int | None:
-        """``max_completion_tokens``, else ``max_tokens``, else None (the server default)."""
+    def max_new_tokens(self) -> int | None:
+        """The answer budget: ``max_completion_tokens``, else ``max_tokens``, else None (the server default)."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def budget_param(self) -> str:
+        """The name the client gave the answer budget (for ``error.param``)."""
+        return "max_tokens" if self.max_completion_tokens is None and self.max_tokens is not None \
+            else "max_completion_tokens"
+
+    def instructions(self) -> str:
+        """The system and developer messages' text, in order (added to the instructions)."""
+        return "\n\n".join(m.text() for m in self.messages if m.role in ("system", "developer") and m.text())
 
 
 class AssistantMessage(BaseModel):
+    """The answer as an assistant message (its content ends with the sources footer)."""
+
     role: Literal["assistant"] = "assistant"
     content: str
 
 
 class Choice(BaseModel):
+    """The one choice of a chat completion."""
+
     index: int = 0
     message: AssistantMessage
     finish_reason: Literal["stop", "length"]
@@ -197,6 +251,8 @@ class Choice(BaseModel):
 
 
 class Usage(BaseModel):
+    """Token counts: the prompt (instructions, sources, history, question) and the answer."""
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
@@ -242,6 +298,7 @@ class ChatCompletionChunk(BaseModel):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
     model: str
+    system_fingerprint: str | None = None
     choices: list[ChunkChoice]
     usage: Usage | None = None
     sources: list[SourceOut] | None = None
@@ -252,10 +309,15 @@ class ChatCompletionChunk(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """A served model; ``max_model_len`` (vLLM's name) and ``context_length`` give its context
+    window in tokens."""
+
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "opscopilot"
+    max_model_len: int | None = Field(None, description="context window (tokens)")
+    context_length: int | None = Field(None, description="the same, under LM Studio's and OpenRouter's name")
 
 
 class ModelList(BaseModel):
@@ -264,16 +326,3 @@ class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
 
-
-class OpenAIErrorBody(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class OpenAIError(BaseModel):
-    """Error body of the OpenAI-compatible routes (``detail`` too, like every other route)."""
-
-    error: OpenAIErrorBody
-    detail: Any

@@ -52,7 +52,7 @@ class BatchLike(Protocol):
     active: Sequence[Any]
 
     def add(self, prompt_ids: Sequence[int], config: Any, contexts: Sequence[Sequence[int]] = (),
-            cancel: Callable[[], bool] | None = None) -> tuple[Any, list[Any]]: ...
+            cancel: Callable[[], bool] | None = None, settings: Any = None) -> tuple[Any, list[Any]]: ...
 
     def step(self) -> list[tuple[Any, Any]]: ...
 
@@ -132,8 +132,8 @@ class InterleavedBatch:
         self.engine = engine
         self.active: list[Any] = []
 
-    def add(self, prompt_ids, config, contexts=(), cancel=None) -> tuple[Any, list[Any]]:
-        stream = self.engine.stream(prompt_ids, config, contexts, cancel)
+    def add(self, prompt_ids, config, contexts=(), cancel=None, settings=None) -> tuple[Any, list[Any]]:
+        stream = self.engine.stream(prompt_ids, config, contexts, cancel, settings)
         first = next(stream)
         if first.result is None:
             self.active.append(stream)

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Collection, Literal
+from typing import Annotated, Any, Collection, Literal
 from urllib.parse import quote
 
-from typing import Annotated
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from copilot.filters import Filters, JSONObject, Text  # noqa: F401 (re-exported)
 from copilot.sources import Source
-
 
 #: How an answer speculates (the output is the same in every mode; only its speed differs).
 Speculation = Literal["adaptive", "off", "fixed", "table"]
@@ -47,12 +44,17 @@ class HistoryMessage(BaseModel):
 class AskRequest(BaseModel):
     """``POST /v1/ask``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"question": "How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?"},
+        {"question": "Which command restarted dc-pool-07?", "max_sources": 3, "stream": True,
+         "filters": {"doc_types": ["elog", "shiftlog"], "since": "2026-01-01"}}]})
 
     question: Text = Field(min_length=1, description="the operator's question")
-    top_k: int | None = Field(None, ge=1, le=100,
-                              description="source documents to retrieve (default: settings, else the prompt style's)")
-    max_new_tokens: int | None = Field(None, ge=0, description="answer budget in tokens (capped by settings)")
+    max_sources: int | None = Field(None, ge=1, le=100, description="source documents to retrieve and show "
+                                    "(default: the max_sources setting, else the prompt style's)")
+    top_k: int | None = Field(None, ge=1, le=100, deprecated=True, description="deprecated name of max_sources")
+    max_new_tokens: int | None = Field(None, ge=0, description="answer budget in tokens (default: the "
+                                       "max_new_tokens setting; at most max_new_tokens_cap)")
     stream: bool = Field(False, description="Server-Sent Events: deltas, then one final event")
     filters: Filters | None = None
     history: list[HistoryMessage] = Field(default_factory=list, max_length=50)
@@ -74,6 +76,16 @@ class AskRequest(BaseModel):
     speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
     num_speculative_tokens: int | None = Field(None, ge=1, le=16,
                                                description="γ ceiling per round (default: settings)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name(cls, data: Any) -> Any:
+        """``top_k`` (deprecated) is read as ``max_sources``."""
+        if isinstance(data, dict) and data.get("top_k") is not None:
+            if data.get("max_sources") is not None and data["max_sources"] != data["top_k"]:
+                raise ValueError("max_sources and its deprecated name top_k disagree; send max_sources only")
+            data = {**data, "max_sources": data["top_k"]}
+        return data
 
     def logits_settings(self) -> dict[str, Any]:
         """The logits settings for :meth:`CopilotService.generation_config` (unset ones left out)."""
@@ -181,11 +193,12 @@ class AskResponse(BaseModel):
 class SearchRequest(BaseModel):
     """``POST /v1/search``: retrieval only, no model call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"question": "dc-pool-07 disk failure", "max_sources": 5, "filters": {"doc_types": ["jira"]}}]})
 
     question: Text = Field(min_length=1, description="what to look for (a question or keywords)")
-    top_k: int | None = Field(None, ge=1, le=100,
-                              description="documents to return (default: settings, else the prompt style's)")
+    max_sources: int | None = Field(None, ge=1, le=100, description="documents to return (default: the "
+                                    "max_sources setting, else the prompt style's)")
     filters: Filters | None = None
 
 
@@ -196,17 +209,34 @@ class SearchResponse(BaseModel):
     retrieval_ms: float
 
 
-class ErrorResponse(BaseModel):
-    """Every 4xx/5xx body: ``detail`` says why."""
+class ErrorBody(BaseModel):
+    """OpenAI's error object: ``message`` says why; ``param`` names the request field at fault."""
 
-    detail: str
+    message: str
+    type: str = Field(description="invalid_request_error | authentication_error | permission_error | "
+                      "rate_limit_error | server_error")
+    param: str | None = None
+    code: str | None = Field(None, description="e.g. invalid_value, missing_required_parameter, "
+                             "unsupported_parameter, model_not_found, invalid_api_key, server_overloaded")
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx body under ``/v1``: OpenAI's ``error`` object, and ``detail`` as FastAPI
+    writes it (the message, or the list of validation errors)."""
+
+    error: ErrorBody
+    detail: Any = Field(description="the message, or for a 400 validation error the list of errors")
 
 
 class HealthResponse(BaseModel):
+    """``GET /healthz``: the process is up."""
+
     status: Literal["ok"]
 
 
 class ReadyResponse(BaseModel):
+    """``GET /readyz``: whether the model is loaded and the store answers, and which draft model runs."""
+
     status: Literal["ready", "not ready"]
     model_loaded: bool
     store_reachable: bool
@@ -246,6 +276,8 @@ class DocumentPage(BaseModel):
 
 
 class ChunkOut(BaseModel):
+    """One chunk of a stored document, as indexed."""
+
     chunk_id: str
     text: str
 
@@ -257,6 +289,8 @@ class DocumentDetail(DocumentOut):
 
 
 class DeleteResponse(BaseModel):
+    """What ``DELETE /v1/documents/{doc_id}`` removed."""
+
     deleted: str = Field(description="the deleted document id")
     chunks: int = Field(description="chunks removed")
 
@@ -265,7 +299,8 @@ class DeleteResponse(BaseModel):
 class IngestPathRequest(BaseModel):
     """``POST /v1/ingest`` with JSON: ingest a server-side file or folder under ``ingest_root``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid",
+                              json_schema_extra={"examples": [{"path": "tickets/2026-q1", "prune": True}]})
 
     path: Text = Field(min_length=1, max_length=4096,
                       description="relative to the ingest root, or absolute inside it; no '..'")
@@ -273,6 +308,8 @@ class IngestPathRequest(BaseModel):
 
 
 class IngestProgressOut(BaseModel):
+    """How far a running ingest job is."""
+
     files_done: int = 0
     files_total: int = 0
     current: str | None = None
@@ -315,3 +352,95 @@ class IngestAccepted(BaseModel):
     status: Literal["queued", "running", "succeeded", "failed", "interrupted"]
     status_url: str
     files: list[str]
+
+
+# -- feedback -------------------------------------------------------------------------------------
+class FeedbackSource(BaseModel):
+    """A source the rated answer showed (as ``sources[]`` of ``POST /v1/ask`` named it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(ge=1, le=1000, description="its number: [n] in the answer")
+    doc_id: Text = Field(min_length=1, max_length=4096, description="the document id")
+    title: Text | None = Field(None, max_length=2000)
+    cited: bool = Field(False, description="the answer cites it")
+
+
+class FeedbackQuote(BaseModel):
+    """A literal of the rated answer found in a source (as ``quotes[]`` of ``POST /v1/ask`` named it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    literal: Text = Field(min_length=1, max_length=20_000)
+    kind: Text = Field("", max_length=32, description="code | command | path | setting | error | host | ...")
+    n: int = Field(ge=1, le=1000, description="the source that holds it")
+    doc_id: Text = Field(min_length=1, max_length=4096)
+
+
+_FEEDBACK_EXAMPLE = {
+    "rating": "up", "reason": "the exact command, and the right ELOG entry",
+    "question": "How was the dc-pool-07 domain restarted once the RAID rebuild had finished?",
+    "answer": "It was restarted with `systemctl restart dcache@dc-pool-07Domain.service` [1].",
+    "history": [], "not_found": False,
+    "sources": [{"n": 1, "doc_id": "logbooks/operations.elog#2", "title": "dc-pool-07 back in service", "cited": True}],
+    "quotes": [{"literal": "systemctl restart dcache@dc-pool-07Domain.service", "kind": "code", "n": 1,
+                "doc_id": "logbooks/operations.elog#2"}],
+    "settings": {"max_sources": 3, "filters": {"doc_types": ["elog"], "since": "2026-01-01"}}}
+
+
+class FeedbackRequest(BaseModel):
+    """``POST /v1/feedback``: a 👍/👎 on an answer, with what was asked and answered."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_FEEDBACK_EXAMPLE]})
+
+    rating: Literal["up", "down"] = Field(description="up: 👍 (the answer was right), down: 👎")
+    reason: Text | None = Field(None, max_length=2000, description="why (optional)")
+    question: Text = Field(min_length=1, max_length=20_000, description="the question the answer answers")
+    answer: Text = Field(max_length=100_000, description="the answer as shown ([n] cites sources[n])")
+    history: list[HistoryMessage] = Field(default_factory=list, max_length=50,
+                                          description="the earlier turns the question was asked with")
+    sources: list[FeedbackSource] = Field(default_factory=list, max_length=200)
+    quotes: list[FeedbackQuote] = Field(default_factory=list, max_length=1000)
+    not_found: bool = Field(False, description="the answer said the sources do not answer the question")
+    settings: JSONObject = Field(default_factory=dict, description="the request options the answer was asked with "
+                                 "(max_sources, max_new_tokens, filters, ...), as sent to POST /v1/ask")
+
+    @model_validator(mode="after")
+    def _sources_named_once(self) -> "FeedbackRequest":
+        """Every source number once; every quote names a listed source."""
+        numbers = [s.n for s in self.sources]
+        repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+        if repeated:
+            raise ValueError(f"sources: the numbers {repeated} appear more than once")
+        unknown = sorted({q.n for q in self.quotes} - set(numbers))
+        if unknown:
+            raise ValueError(f"quotes: n {unknown} names no source in sources")
+        return self
+
+
+class FeedbackOut(FeedbackRequest):
+    """A stored rating."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{
+        **_FEEDBACK_EXAMPLE, "id": "fb-3f2a9c0d1e4b5a6c", "created": "2026-01-27T10:00:00Z",
+        "model": "embedded:qwen2.5-coder-0.5b-instruct"}]})
+
+    id: str = Field(description="fb- and 16 hex digits")
+    created: datetime
+    model: str | None = Field(None, description="the target model that answered (this server's at the time)")
+
+
+class FeedbackCreated(BaseModel):
+    """``POST /v1/feedback`` → 201."""
+
+    id: str
+    created: datetime
+
+
+class FeedbackPage(BaseModel):
+    """``GET /v1/feedback``: one page, newest first."""
+
+    total: int
+    offset: int
+    limit: int
+    feedback: list[FeedbackOut]

@@ -1,8 +1,12 @@
-"""OpenAI-compatible ``POST /v1/chat/completions`` and ``GET /v1/models``.
+"""OpenAI-compatible ``POST /v1/chat/completions``.
 
 Retrieval runs on the last (user) message; earlier user/assistant messages become the
-history. The numbered sources come back in the ``sources`` extension field (on the
-response, or on the streamed chunk that carries ``finish_reason``) and, with
+history, and system (or developer) messages are added to OpsCopilot's instructions, within
+the prompt budget. With ``use_context: false`` nothing is retrieved: the model answers the
+messages as sent (for a chain that brings its own context). ``tools`` are accepted and
+never called (Open WebUI sends them by default); a ``tool_choice`` that forces a call is a 400.
+The numbered sources come back in the ``sources`` extension field (on the response, or on the
+streamed chunk that carries ``finish_reason``) and, with
 ``openai_sources_footer`` (on by default), also as a footer of the message content, which
 is all standard clients (Open WebUI, LangChain's ``ChatOpenAI``) show::
 
@@ -19,30 +23,47 @@ honour get a 400 naming them (see :meth:`ChatCompletionRequest.unsupported`).
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import uuid
-from typing import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
 from copilot.api import generation
-from copilot.config import Settings
-from copilot.api.dependencies import ask_auth, get_metrics, get_service, get_settings, get_scheduler
-from copilot.api.errors import ParameterError
+from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
+from copilot.api.errors import ParameterError, error_body
 from copilot.api.generation import GenerationFailedError
 from copilot.api.metrics import Metrics
-from copilot.api.openai_schemas import (AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
-                                    Choice, ChunkChoice, Delta, ModelCard, ModelList, OpenAIError, Usage)
-from copilot.prompting import ChatTurn
-from copilot.api.schemas import SourceOut
-from copilot.service import CopilotService
+from copilot.api.openai_schemas import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Choice,
+    ChunkChoice,
+    Delta,
+    Usage,
+)
+from copilot.api.openapi import streamed
+from copilot.api.routes.models import check_model, served_models
 from copilot.api.scheduler import BatchScheduler
+from copilot.api.schemas import ErrorResponse, SourceOut
+from copilot.config import Settings
+from copilot.prompting import ChatTurn
+from copilot.question import Question
+from copilot.service import CopilotService
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["openai"])
 
-ERRORS = {code: {"model": OpenAIError} for code in (400, 401, 403, 404, 413, 422, 500, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 500, 503)}
+STREAMED = streamed("`chat.completion.chunk` objects (the last with `finish_reason` carries the extensions), "
+                    "then `[DONE]`", 'data: {"object": "chat.completion.chunk", "choices": [{"delta": '
+                    '{"content": "Restart"}}], ...}\n\ndata: [DONE]\n\n')
 
 #: Opens the sources footer of a message's content.
 FOOTER_HEADING = "\n\nSources:\n"
@@ -79,11 +100,6 @@ def strip_sources_footer(text: str) -> str:
     return text[:at] if tail and all(_FOOTER_LINE.fullmatch(line) for line in tail) else text
 
 
-def served_models(settings: Settings) -> list[str]:
-    """Model ids a client may name: the alias and the target model's id."""
-    return list(dict.fromkeys([settings.model_alias, settings.target_model]))
-
-
 def _finish_reason(reason: str) -> str:
     """Engine reasons → OpenAI's: the budget is ``length``, everything else ``stop`` (the
     engine's own reason, e.g. ``repetition``, is in ``stats.finish_reason``)."""
@@ -94,14 +110,47 @@ def _sources(sources: list, outcome: generation.Outcome) -> list[SourceOut]:
     return [SourceOut.from_source(s, outcome.cited) for s in sources]
 
 
-@router.get("/models", response_model=ModelList, responses=ERRORS, dependencies=[Depends(ask_auth)])
-async def list_models(request: Request, settings: Settings = Depends(get_settings)) -> ModelList:
-    """The models this server answers as (any of them gives the same answers)."""
-    created = int(request.app.state.started_at)
-    return ModelList(data=[ModelCard(id=m, created=created) for m in served_models(settings)])
+def _texts(body: ChatCompletionRequest) -> list[str]:
+    """Every message's text; a non-text part is a 400 naming its message."""
+    texts = []
+    for i, message in enumerate(body.messages):
+        try:
+            texts.append(message.text())
+        except ValueError as exc:
+            raise ParameterError(status.HTTP_400_BAD_REQUEST, f"messages.{i}.content: {exc}",
+                                 f"messages.{i}.content", "invalid_value") from exc
+    return texts
 
 
-@router.post("/chat/completions", response_model=ChatCompletion, responses=ERRORS, dependencies=[Depends(ask_auth)])
+def chat_question(body: ChatCompletionRequest, service: CopilotService, budget_param: str | None = None) -> Question:
+    """The checked question of a chat request: the last message, the earlier user and assistant
+    turns as history (sources footers removed), system messages as instructions.
+
+    Args:
+        budget_param: the client's name for the answer budget (default: the one the body used).
+
+    Raises:
+        HTTPException: 400 naming the parameter, 404 unknown model, 413 over the prompt budget.
+    """
+    refused = body.unsupported()
+    if refused is not None:
+        raise ParameterError(status.HTTP_400_BAD_REQUEST, str(refused), refused.param, "unsupported_parameter")
+    check_model(body.model, served_models(service.settings))
+    texts = _texts(body)
+    history = [ChatTurn(m.role, strip_sources_footer(t) if m.role == "assistant" else t)
+               for m, t in zip(body.messages[:-1], texts) if m.role in ("user", "assistant")]
+    if body.user or body.metadata:
+        log.info("chat request from user %r, metadata %s", body.user, body.metadata)
+    return generation.question(
+        service, texts[-1], {"max_new_tokens": budget_param or body.budget_param},
+        mode="rag" if body.use_context else "chat", max_sources=body.max_sources,
+        flt=body.filters.to_search_filter() if body.filters else None,
+        history=history, instructions=body.instructions(), max_new_tokens=body.max_new_tokens,
+        **body.generation_settings())
+
+
+@router.post("/chat/completions", response_model=ChatCompletion, responses={**ERRORS, **STREAMED},
+             dependencies=[Depends(ask_auth)])
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            settings: Settings = Depends(get_settings),
                            service: CopilotService = Depends(get_service),
@@ -109,53 +158,23 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            metrics: Metrics = Depends(get_metrics)):
     """Answer the last user message over the logbooks and tickets (OpenAI chat format).
 
-    Errors: 400 a parameter the server does not implement (``n`` > 1, ``logprobs``, ``tools``,
-    ``response_format`` other than text; named in ``error.param``),
-    404 unknown model, 413 question over the prompt budget, 422 invalid request (last message
-    not the user's, non-text content, budget over the cap), 503 queue full (with Retry-After,
-    which the ``openai`` client honours).
+    Errors: 400 invalid request or a parameter the server does not implement (``n`` > 1,
+    ``logprobs``, a forced tool call, ``response_format`` other than text; named in
+    ``error.param``), 404 unknown model, 413 question over the prompt budget, 503 queue full
+    (with Retry-After, which the ``openai`` client honours).
     """
     started = time.perf_counter()
-    refused = body.unsupported()
-    if refused is not None:
-        raise ParameterError(status.HTTP_400_BAD_REQUEST, str(refused), refused.param, "unsupported_parameter")
-    if body.model not in served_models(settings):
-        raise HTTPException(status.HTTP_404_NOT_FOUND,
-                            f"the model {body.model!r} does not exist; use one of {served_models(settings)}")
-    try:
-        question = body.messages[-1].text()
-        history = [ChatTurn(m.role, strip_sources_footer(m.text()) if m.role == "assistant" else m.text())
-                   for m in body.messages[:-1] if m.role in ("user", "assistant")]
-        config = service.generation_config(body.budget, temperature=body.temperature or 0.0,
-                                           top_p=body.top_p if body.top_p is not None else 1.0, seed=body.seed,
-                                           stop_strings=body.stop_strings, **body.logits_settings(),
-                                           **body.speculation_settings())
-    except ValueError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
-    run = generation.start(request, service, scheduler, metrics, question, endpoint="chat", started=started,
-                           top_k=body.top_k, config=config, history=history,
-                           flt=body.filters.to_search_filter() if body.filters else None)
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
-
+    question = chat_question(body, service)
+    run = generation.start(request, service, scheduler, metrics, question, endpoint="chat", started=started)
+    reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model, service.fingerprint)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-        def chunk(**fields) -> str:
-            data = ChatCompletionChunk(id=completion_id, created=created, model=body.model, **fields) \
-                .model_dump(mode="json")
-            for key in ("usage", "sources", "quotes", "unverified", "not_found", "stats"):  # extensions where they apply
-                if data[key] is None:
-                    del data[key]
-            for choice in data["choices"]:
-                choice["delta"] = {k: v for k, v in choice["delta"].items() if v is not None}
-            return json.dumps(data)
-
         async def sse():  # starts at once: the role chunk, then heartbeats while the question waits
             try:
-                yield {"data": chunk(choices=[ChunkChoice(delta=Delta(role="assistant", content=""),
-                                                          finish_reason=None)])}
-                async for item in _answer_chunks(run, request, settings, include_usage, chunk):
+                yield {"data": reply.chunk(choices=[ChunkChoice(delta=Delta(role="assistant", content=""),
+                                                                finish_reason=None)])}
+                async for item in _answer_chunks(run, request, settings, include_usage, reply.chunk):
                     yield item
             finally:
                 run.job.cancel()  # no-op once finished; the client left otherwise
@@ -163,14 +182,40 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         return EventSourceResponse(sse(), ping=settings.heartbeat_s)
 
     prepared = await run.prepared(request)
-    sources = prepared.prompt.sources
     outcome = await run.complete(request)
-    out = _sources(sources, outcome)
+    out = _sources(prepared.prompt.sources, outcome)
     content = outcome.text + (sources_footer(out, outcome.unverified) if settings.openai_sources_footer else "")
-    return ChatCompletion(id=completion_id, created=created, model=body.model,
+    return ChatCompletion(id=reply.id, created=reply.created, model=body.model, system_fingerprint=reply.fingerprint,
                           choices=[Choice(message=AssistantMessage(content=content),
                                           finish_reason=_finish_reason(outcome.finish_reason))],
-                          usage=_usage(outcome), sources=out, **outcome.trust(), stats=outcome.stats)
+                          usage=usage(outcome), sources=out, **outcome.trust(), stats=outcome.stats)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The fields every chunk of one completion repeats."""
+
+    id: str
+    created: int
+    model: str
+    fingerprint: str
+
+    def chunk(self, **fields: Any) -> str:
+        """One ``chat.completion.chunk`` as JSON, the extensions only where they apply."""
+        data = ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
+                                   system_fingerprint=self.fingerprint, **fields).model_dump(mode="json")
+        for key in ("usage", "sources", "quotes", "unverified", "not_found", "stats"):
+            if data[key] is None:
+                del data[key]
+        for choice in data["choices"]:
+            choice["delta"] = {k: v for k, v in choice["delta"].items() if v is not None}
+        return json.dumps(data)
+
+
+def error_event(exc: HTTPException) -> dict:
+    """An SSE event carrying an OpenAI error object (a refusal after the stream began)."""
+    return {"data": json.dumps(error_body(str(exc.detail), exc.status_code, getattr(exc, "param", None),
+                                          getattr(exc, "code", None)))}
 
 
 async def _answer_chunks(run: generation.GenerationRun, request: Request, settings: Settings, include_usage: bool,
@@ -180,17 +225,14 @@ async def _answer_chunks(run: generation.GenerationRun, request: Request, settin
     the prompt was refused or generation failed."""
     try:
         prepared = await run.prepared(request)
-    except HTTPException as exc:  # refused while building the prompt (413/422), or no model
-        yield {"data": OpenAIError.model_validate(
-            {"error": {"message": str(exc.detail), "type": "invalid_request_error", "code": str(exc.status_code)},
-             "detail": str(exc.detail)}).model_dump_json()}
+    except HTTPException as exc:  # refused while building the prompt (413), or no model
+        yield error_event(exc)
         return
     try:
         async for delta in run.deltas(request, check_disconnect=False):
             yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=delta), finish_reason=None)])}
     except GenerationFailedError as exc:
-        yield {"data": OpenAIError.model_validate(
-            {"error": {"message": str(exc), "type": "server_error"}, "detail": str(exc)}).model_dump_json()}
+        yield error_event(HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)))
         return
     outcome = run.outcome()
     out = _sources(prepared.prompt.sources, outcome)
@@ -200,10 +242,11 @@ async def _answer_chunks(run: generation.GenerationRun, request: Request, settin
     yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=_finish_reason(outcome.finish_reason))],
                          sources=out, **outcome.trust(), stats=outcome.stats)}
     if include_usage:
-        yield {"data": chunk(choices=[], usage=_usage(outcome))}
+        yield {"data": chunk(choices=[], usage=usage(outcome))}
     yield {"data": "[DONE]"}
 
 
-def _usage(outcome: generation.Outcome) -> Usage:
+def usage(outcome: generation.Outcome) -> Usage:
+    """OpenAI's token counts of one answer."""
     return Usage(prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens,
                  total_tokens=outcome.prompt_tokens + outcome.completion_tokens)

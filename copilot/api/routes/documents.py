@@ -16,8 +16,7 @@ import asyncio
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
 from copilot.api.dependencies import get_service, read_auth, require_api_key
-from copilot.api.schemas import (ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse,
-                                 Text)
+from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse, Text
 from copilot.service import CopilotService
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])

@@ -15,17 +15,17 @@ router = APIRouter(prefix="/v1", tags=["search"])
 
 
 @router.post("/search", response_model=SearchResponse, dependencies=[Depends(read_auth)],
-             responses={code: {"model": ErrorResponse} for code in (401, 403, 422)})
+             responses={code: {"model": ErrorResponse} for code in (400, 401, 403)})
 async def search(body: SearchRequest, service: CopilotService = Depends(get_service)) -> SearchResponse:
-    """Retrieval only: the ``top_k`` best documents (hybrid dense + BM25, one entry per
+    """Retrieval only: the ``max_sources`` best documents (hybrid dense + BM25, one entry per
     document) with the lines that best answer the question. Same filters as ``/v1/ask``;
     a key is needed when keys are configured, unless ``public_reads``; it does not wait for
-    the generation queue. Errors: 422 invalid request."""
+    the generation queue. Errors: 400 invalid request."""
     t0 = time.perf_counter()
     flt = body.filters.to_search_filter() if body.filters else None
     try:
-        sources = await asyncio.to_thread(service.search, body.question, body.top_k, flt)
+        sources = await asyncio.to_thread(service.search, body.question, body.max_sources, flt)
     except ValueError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
     return SearchResponse(sources=[SourceOut.from_source(s) for s in sources],
                           retrieval_ms=round((time.perf_counter() - t0) * 1000, 2))

@@ -1,0 +1,86 @@
+"""Pydantic models of OpenAI's legacy completions API (``POST /v1/completions``).
+
+The prompt is the whole model input (no chat template, no retrieval), decoded by the same
+engine (speculative, exact): what LlamaIndex's ``OpenAILike`` calls by default, with its own
+context already in the prompt. Sampling parameters are those of the chat route.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from copilot.api.openai_schemas import SamplingParams, StreamOptions, UnsupportedParameterError, Usage
+from copilot.api.schemas import Text
+
+
+class CompletionRequest(SamplingParams):
+    """``POST /v1/completions``: one choice per prompt."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [
+        {"model": "opscopilot", "prompt": "The dCache pool dc-pool-07 went offline because", "max_tokens": 32}]})
+
+    model: Text = Field(min_length=1)
+    prompt: Text | list[Text] | list[int] | list[list[int]] = Field(
+        description="a string or a list of strings (token-id prompts are not supported)")
+    max_tokens: int | None = Field(None, ge=0, description="answer budget (default: the server's max_new_tokens, "
+                                   "not OpenAI's 16)")
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    echo: bool | None = Field(False, description="the prompt is prepended to each choice's text")
+    n: int | None = Field(None, ge=1, le=128, description="only 1")
+    best_of: int | None = Field(None, ge=1, le=128, description="only 1")
+    logprobs: int | None = Field(None, ge=0, le=5, description="not supported")
+    suffix: Text | None = Field(None, description="not supported")
+    user: Text | None = Field(None, description="logged with the request")
+
+    def prompts(self) -> list[str]:
+        """The prompt(s) as strings.
+
+        Raises:
+            UnsupportedParameterError: a token-id prompt, or an empty list.
+        """
+        if isinstance(self.prompt, str):
+            return [self.prompt]
+        if not self.prompt or not all(isinstance(p, str) for p in self.prompt):
+            raise UnsupportedParameterError("prompt", "prompt: token-id or empty prompts are not supported by this "
+                                            "server; send a string or a list of strings")
+        return list(self.prompt)
+
+    def unsupported(self) -> UnsupportedParameterError | None:
+        """The first parameter this server cannot honour, as an error naming it (else None)."""
+        for param, default in (("n", 1), ("best_of", 1)):
+            value = getattr(self, param)
+            if value is not None and value != default:
+                return UnsupportedParameterError(param, f"{param}: {param}={value} is not supported by this server "
+                                                 "(only one choice per prompt)")
+        if self.logprobs is not None:
+            return UnsupportedParameterError("logprobs", "logprobs: not supported by this server")
+        if self.suffix:
+            return UnsupportedParameterError("suffix", "suffix: insertion is not supported by this server")
+        if self.stream and isinstance(self.prompt, list) and len(self.prompt) > 1:
+            return UnsupportedParameterError("prompt", "prompt: streaming several prompts at once is not supported "
+                                             "by this server")
+        return None
+
+
+class CompletionChoice(BaseModel):
+    """One prompt's completion (``index`` is the prompt's position)."""
+
+    text: str
+    index: int = 0
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class Completion(BaseModel):
+    """A whole completion (also each streamed chunk, with ``choices[0].text`` the delta)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+    choices: list[CompletionChoice]
+    usage: Usage | None = None

@@ -1,0 +1,69 @@
+"""OpenAI-compatible ``GET /v1/models`` and ``GET /v1/models/{model}``.
+
+The chat models are the alias (``model_alias``, default ``opscopilot``) and the target's id:
+naming either gives the same answers. The embedding model (``/v1/embeddings``) has a card
+too (``GET /v1/models/{id}``) but is not in the list, so that chat pages (Open WebUI) do not
+offer it as a chat model. Each card carries the context window (``max_model_len``, vLLM's name).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request, status
+
+from copilot.api.dependencies import ask_auth, get_service, get_settings
+from copilot.api.errors import ParameterError
+from copilot.api.openai_schemas import ModelCard, ModelList
+from copilot.api.schemas import ErrorResponse
+from copilot.config import Settings
+from copilot.service import CopilotService
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404)}
+
+
+def served_models(settings: Settings) -> list[str]:
+    """Chat model ids a client may name: the alias and the target model's id."""
+    return list(dict.fromkeys([settings.model_alias, settings.target_model]))
+
+
+def embedding_models(service: CopilotService) -> list[str]:
+    """Embedding model ids a client may name: the embedder's id and its last path part."""
+    name = service.store.embedder.model_name
+    return list(dict.fromkeys([name, name.rstrip("/").rsplit("/", 1)[-1]]))
+
+
+def check_model(name: str, known: list[str]) -> None:
+    """Raises a 404 ``model_not_found`` naming ``model`` unless ``name`` is one of ``known``."""
+    if name not in known:
+        raise ParameterError(status.HTTP_404_NOT_FOUND, f"the model {name!r} does not exist; use one of {known}",
+                             "model", "model_not_found")
+
+
+def _cards(request: Request, settings: Settings, service: CopilotService) -> list[ModelCard]:
+    """The chat models' cards, then the embedding model's."""
+    created = int(request.app.state.started_at)
+    chat = [ModelCard(id=m, created=created, max_model_len=service.context_length,
+                      context_length=service.context_length) for m in served_models(settings)]
+    length = getattr(service.store.embedder, "max_seq_length", None)  # loaded at start-up (warm_up)
+    embedding = ModelCard(id=embedding_models(service)[0], created=created, max_model_len=length,
+                          context_length=length)
+    return chat + [embedding]
+
+
+@router.get("/models", response_model=ModelList, responses=ERRORS, dependencies=[Depends(ask_auth)])
+async def list_models(request: Request, settings: Settings = Depends(get_settings),
+                      service: CopilotService = Depends(get_service)) -> ModelList:
+    """The chat models this server answers as (any of them gives the same answers)."""
+    return ModelList(data=_cards(request, settings, service)[:-1])
+
+
+@router.get("/models/{model:path}", response_model=ModelCard, responses=ERRORS, dependencies=[Depends(ask_auth)])
+async def retrieve_model(model: str, request: Request, settings: Settings = Depends(get_settings),
+                         service: CopilotService = Depends(get_service)) -> ModelCard:
+    """One model's card (ids may contain ``/``). Errors: 404 ``model_not_found``."""
+    cards = {c.id: c for c in _cards(request, settings, service)}
+    for alias in embedding_models(service):
+        cards.setdefault(alias, cards[embedding_models(service)[0]].model_copy(update={"id": alias}))
+    check_model(model, list(cards))
+    return cards[model]

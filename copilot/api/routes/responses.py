@@ -1,0 +1,152 @@
+"""OpenAI-compatible ``POST /v1/responses`` (text in, text out), answered as chat is.
+
+Streamed, the events are the Responses API's: ``response.created``, ``response.in_progress``,
+``response.output_item.added``, ``response.content_part.added``, ``response.output_text.delta``
+per piece of text, then the ``.done`` events and ``response.completed`` (``response.failed``
+when generation fails).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+from sse_starlette import EventSourceResponse
+
+from copilot.api import generation
+from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
+from copilot.api.errors import ParameterError, error_body
+from copilot.api.metrics import Metrics
+from copilot.api.openapi import streamed
+from copilot.api.response_schemas import OutputMessage, OutputText, ResponseObject, ResponseRequest, ResponseUsage
+from copilot.api.routes.chat import chat_question, sources_footer
+from copilot.api.scheduler import BatchScheduler
+from copilot.api.schemas import ErrorResponse, SourceOut
+from copilot.config import Settings
+from copilot.service import CopilotService
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 500, 503)}
+STREAMED = streamed("the Responses API's events, `response.created` ... `response.output_text.delta` ... "
+                    "`response.completed`", 'event: response.output_text.delta\ndata: {"type": '
+                    '"response.output_text.delta", "delta": "Restart", ...}\n\n')
+
+
+def _chat_body(body: ResponseRequest):
+    refused = body.unsupported()
+    if refused is not None:
+        raise ParameterError(status.HTTP_400_BAD_REQUEST, str(refused), refused.param, "unsupported_parameter")
+    try:
+        return body.as_chat()
+    except ValueError as exc:
+        raise ParameterError(status.HTTP_400_BAD_REQUEST, f"input: {exc}", "input", "invalid_value") from exc
+
+
+class ResponseBuilder:
+    """The response object of one request, in progress or finished."""
+
+    def __init__(self, body: ResponseRequest) -> None:
+        self.body = body
+        self.id = f"resp_{uuid.uuid4().hex}"
+        self.message_id = f"msg_{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    def build(self, text: str | None = None, outcome: generation.Outcome | None = None,
+              sources: list[SourceOut] = ()) -> ResponseObject:
+        """In progress (no ``outcome``) or finished, with ``text`` as the output."""
+        body = self.body
+        fields: dict[str, Any] = {"id": self.id, "created_at": self.created, "model": body.model,
+                                  "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
+                                  "temperature": body.temperature, "top_p": body.top_p, "tools": body.tools or [],
+                                  "metadata": body.metadata or {}}
+        if outcome is None:
+            return ResponseObject(status="in_progress", output=[], **fields)
+        cut = outcome.finish_reason == "length"
+        message = OutputMessage(id=self.message_id, status="incomplete" if cut else "completed",
+                                content=[OutputText(text=text or "")])
+        return ResponseObject(status="incomplete" if cut else "completed", output=[message],
+                              incomplete_details={"reason": "max_output_tokens"} if cut else None,
+                              usage=ResponseUsage(input_tokens=outcome.prompt_tokens,
+                                                  output_tokens=outcome.completion_tokens,
+                                                  total_tokens=outcome.prompt_tokens + outcome.completion_tokens),
+                              sources=list(sources), **outcome.trust(), stats=outcome.stats, **fields)
+
+
+def _finished(outcome: generation.Outcome, sources: list, settings: Settings) -> tuple[str, list[SourceOut]]:
+    out = [SourceOut.from_source(s, outcome.cited) for s in sources]
+    footer = sources_footer(out, outcome.unverified) if settings.openai_sources_footer else ""
+    return outcome.text + footer, out
+
+
+@router.post("/responses", response_model=ResponseObject, responses={**ERRORS, **STREAMED},
+             dependencies=[Depends(ask_auth)])
+async def create_response(body: ResponseRequest, request: Request, settings: Settings = Depends(get_settings),
+                          service: CopilotService = Depends(get_service),
+                          scheduler: BatchScheduler = Depends(get_scheduler),
+                          metrics: Metrics = Depends(get_metrics)):
+    """Answer the input over the logbooks and tickets (OpenAI Responses format, text only).
+
+    Errors: 400 invalid request or an unsupported parameter (``previous_response_id``,
+    ``reasoning``, a non-text format, a forced tool call, non-text input), 404 unknown model,
+    413 over the prompt budget, 503 queue full (with Retry-After).
+    """
+    started = time.perf_counter()
+    question = chat_question(_chat_body(body), service, budget_param="max_output_tokens")
+    run = generation.start(request, service, scheduler, metrics, question, endpoint="responses", started=started)
+    builder = ResponseBuilder(body)
+    if body.stream:
+        async def sse():
+            try:
+                async for event in _events(run, request, builder, settings):
+                    yield event
+            finally:
+                run.job.cancel()
+
+        return EventSourceResponse(sse(), ping=settings.heartbeat_s)
+    prepared = await run.prepared(request)
+    outcome = await run.complete(request)
+    text, out = _finished(outcome, prepared.prompt.sources, settings)
+    return builder.build(text, outcome, out)
+
+
+async def _events(run: generation.GenerationRun, request: Request, builder: ResponseBuilder,
+                  settings: Settings) -> AsyncIterator[dict]:
+    """The Responses API's streaming events for one answer."""
+    seq = 0
+
+    def event(kind: str, **data: Any) -> dict:
+        nonlocal seq
+        seq += 1
+        return {"event": kind, "data": json.dumps({"type": kind, "sequence_number": seq - 1, **data})}
+
+    where = {"item_id": builder.message_id, "output_index": 0, "content_index": 0}
+    yield event("response.created", response=builder.build().model_dump(mode="json"))
+    yield event("response.in_progress", response=builder.build().model_dump(mode="json"))
+    item = OutputMessage(id=builder.message_id, status="in_progress")
+    yield event("response.output_item.added", output_index=0, item=item.model_dump(mode="json"))
+    yield event("response.content_part.added", **where, part=OutputText(text="").model_dump(mode="json"))
+    try:
+        prepared = await run.prepared(request)
+        async for delta in run.deltas(request, check_disconnect=False):
+            yield event("response.output_text.delta", **where, delta=delta, logprobs=[])
+    except (HTTPException, generation.GenerationFailedError) as exc:
+        code = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        failed = builder.build().model_copy(
+            update={"status": "failed", "error": error_body(str(detail), code)["error"]})
+        yield event("response.failed", response=failed.model_dump(mode="json"))
+        return
+    outcome = run.outcome()
+    text, out = _finished(outcome, prepared.prompt.sources, settings)
+    footer = text[len(outcome.text):]
+    if footer:
+        yield event("response.output_text.delta", **where, delta=footer, logprobs=[])
+    final = builder.build(text, outcome, out)
+    yield event("response.output_text.done", **where, text=text, logprobs=[])
+    yield event("response.content_part.done", **where, part=OutputText(text=text).model_dump(mode="json"))
+    yield event("response.output_item.done", output_index=0, item=final.output[0].model_dump(mode="json"))
+    yield event("response.completed", response=final.model_dump(mode="json"))
