@@ -50,10 +50,11 @@ def test_page_and_assets_are_served(plain_client):
     assert '<label for="question"' in html and 'aria-live="polite"' in html
     # Everything the page loads comes from this app (no CDN).
     refs = re.findall(r'(?:src|href)="([^"]+)"', html)
-    assert set(refs) == {"/static/app.css", "/static/app.js"}, refs
+    assert set(refs) == {"/static/app.css", "/static/conversation.css", "/static/app.js"}, refs
     modules = [f"/static/{p.name}" for p in STATIC.glob("*.js")]
     assert "/static/app.js" in modules and len(modules) > 1
-    for path, mime in [*((m, "javascript") for m in modules), ("/static/app.css", "text/css")]:
+    styles = [("/static/app.css", "text/css"), ("/static/conversation.css", "text/css")]
+    for path, mime in [*((m, "javascript") for m in modules), *styles]:
         asset = plain_client.get(path)
         assert asset.status_code == 200, path
         assert mime in asset.headers["content-type"], (path, asset.headers["content-type"])

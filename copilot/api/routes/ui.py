@@ -1,4 +1,4 @@
-"""``GET /``: a small page to ask questions from (plain HTML, a few ES modules, one stylesheet).
+"""``GET /``: a small page to ask questions from (plain HTML, a few ES modules, two stylesheets).
 
 Everything the page needs is served by the app from ``copilot/api/static`` (no build step, no
 CDN): ``app.js`` (asking, the page's state) imports ``answer.js`` (an answer's code, citations
