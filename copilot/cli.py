@@ -141,8 +141,8 @@ _source_opt = typer.Option(None, help="only this source path, as stored")
 _key_opt = typer.Option(None, help="only this ticket key / ELOG MID")
 _since_opt = typer.Option(None, help="created at or after (ISO 8601 date or time)")
 _until_opt = typer.Option(None, help="created at or before (ISO 8601 date or time)")
-_max_sources_opt = typer.Option(None, help="source documents to retrieve (default: the max_sources setting, "
-                                "else the prompt style's)")
+_max_sources_opt = typer.Option(None, min=1, max=100, help="source documents to retrieve (default: the "
+                                "max_sources setting, else the prompt style's)")
 
 
 def _filters(doc_type: Optional[list[str]], source: Optional[str], key: Optional[str], since: Optional[str],
@@ -156,7 +156,9 @@ def _filters(doc_type: Optional[list[str]], source: Optional[str], key: Optional
         return Filters.model_validate({"doc_types": doc_type or [], "source": source, "ticket_key": key,
                                        "since": since, "until": until})
     except ValidationError as exc:
-        err.print(f"[red]invalid filter: {exc}[/red]", highlight=False)
+        from copilot.api.errors import validation_message
+
+        err.print(f"invalid filter: {validation_message(list(exc.errors()))}", highlight=False, markup=False)
         raise typer.Exit(2) from exc
 
 
@@ -177,10 +179,22 @@ def _answering_service(settings: Settings) -> CopilotService:
     return CopilotService.from_settings(settings, auto_draft=settings.draft_model != AUTO_DRAFT)
 
 
+def _question_problem(question: str, max_new_tokens: int | None, settings: Settings) -> str | None:
+    """What the service would refuse about the question and budget, said before any model loads."""
+    if not question.strip():
+        return "the question is empty"
+    if len(question.strip()) > settings.max_question_chars:
+        return f"the question has {len(question.strip())} characters; the limit is {settings.max_question_chars}"
+    if max_new_tokens is not None and max_new_tokens > settings.max_new_tokens_cap:
+        return f"--max-new-tokens {max_new_tokens} exceeds the configured cap {settings.max_new_tokens_cap}"
+    return None
+
+
 @app.command()
 def ask(question: str = typer.Argument(..., help="the question"),
         max_sources: Optional[int] = _max_sources_opt,
-        max_new_tokens: Optional[int] = typer.Option(None, help="answer budget in tokens"),
+        max_new_tokens: Optional[int] = typer.Option(None, min=0, help="answer budget in tokens (at most the "
+                                                     "max_new_tokens_cap setting)"),
         show_stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
         as_json: bool = typer.Option(False, "--json", help="print the answer, sources, quotes and stats as one "
                                      "JSON object (the body POST /v1/ask returns) instead of streaming text"),
@@ -192,10 +206,12 @@ def ask(question: str = typer.Argument(..., help="the question"),
     from copilot.service import AnswerAssembler
 
     filters = _filters(doc_type, source, key, since, until)
-    if not question.strip():
-        err.print("[red]the question is empty[/red]")
+    settings = _settings()
+    problem = _question_problem(question, max_new_tokens, settings)
+    if problem:  # before minutes of model loading
+        err.print(problem, highlight=False, markup=False)
         raise typer.Exit(2)
-    service = _answering_service(_settings())
+    service = _answering_service(settings)
     try:
         prepared = service.prepare(service.question(question, max_sources=max_sources,
                                                     max_new_tokens=max_new_tokens, flt=filters.to_search_filter()))

@@ -39,8 +39,9 @@ class Question:
         instructions: the client's system message(s), added after OpsCopilot's own
             instructions (``rag``) or sent as the system message (``chat``); counted in the
             prompt budget.
-        prompt_budget: prompt tokens allowed (``max_prompt_tokens`` capped by the context
-            window minus the answer budget).
+        prompt_budget: prompt tokens allowed: for ``rag`` ``max_prompt_tokens`` capped by the
+            context window minus the answer budget; otherwise the context window minus the
+            answer budget.
         logits: ``config``'s effective logits settings on the target, resolved once
             (:meth:`decoding.engine.SpeculativeEngine.resolve`) and handed to the engine.
     """

@@ -186,6 +186,9 @@ class CopilotService:
         self.style: PromptStyle = PROMPT_STYLES[self.style_name]
         #: Source documents per question when a request names none (resolved once).
         self.max_sources: int = settings.max_sources or self.style.max_sources
+        if engine is not None and settings.max_model_len and settings.max_model_len > engine.target.max_positions:
+            log.warning("max_model_len %d is over the target's context window (%d tokens): using %d",
+                        settings.max_model_len, engine.target.max_positions, engine.target.max_positions)
         self.draft_loader: LeanDraftLoader | None = None
         self._draft_attach: threading.Thread | None = None
         if engine is None:
@@ -334,10 +337,12 @@ class CopilotService:
         """
         if self.engine is None:
             raise RuntimeError("no target model is loaded")
-        text = self._clean(text, strip=mode != "completion")
+        text = self._clean(text, mode)
         config = self.generation_config(max_new_tokens, **generation)
+        # the RAG prompt has its own budget; a prompt the client wrote may fill the context window
+        budget = self.prompt_budget(config) if mode == "rag" else self.context_length - config.max_new_tokens
         question = Question(text, config, max_sources or self.max_sources, mode, flt, tuple(history),
-                            instructions.strip(), self.prompt_budget(config), self.engine.resolve(config))
+                            instructions.strip(), budget, self.engine.resolve(config))
         tokenizer = self.engine.target.tokenizer
         if mode == "rag":
             needed = bare_prompt_tokens(tokenizer, text, self.style, question.instructions)
@@ -348,12 +353,13 @@ class CopilotService:
             self._unretrieved_prompt(question)  # raises PromptTooLongError
         return question
 
-    def _clean(self, text: str, strip: bool = True) -> str:
-        """The (stripped) text; ValueError when empty or over ``max_question_chars``."""
-        question = text.strip() if strip else text
+    def _clean(self, text: str, mode: Mode = "rag") -> str:
+        """The text (stripped, but a completion prompt as sent); ValueError when empty or, for a
+        ``rag`` question, over ``max_question_chars`` (other prompts are bounded by tokens)."""
+        question = text if mode == "completion" else text.strip()
         if not question.strip():
-            raise ValueError("the question is empty")
-        if len(question) > self.settings.max_question_chars:
+            raise ValueError("the question is empty" if mode == "rag" else "the prompt is empty")
+        if mode == "rag" and len(question) > self.settings.max_question_chars:
             raise ValueError(f"the question has {len(question)} characters; the limit is "
                              f"{self.settings.max_question_chars}")
         return question
@@ -378,16 +384,18 @@ class CopilotService:
             ValueError: empty question or one longer than ``max_question_chars``.
         """
         question = self._clean(question)
-        k = max_sources or self.max_sources
-        passages = self.retriever.retrieve(question, max(self.retriever.candidates, 4 * k), flt)
-        candidates = group_by_document(passages, max(3 * k, k + 6))
+        n = max_sources or self.max_sources
+        # documents have several chunks: fetch passages for 4 chunks per source, keep 3x the
+        # documents as candidates for the entity check to reorder, then take n of them
+        passages = self.retriever.retrieve(question, max(self.retriever.candidates, 4 * n), flt)
+        candidates = group_by_document(passages, max(3 * n, n + 6))
         entities = question_entities(question)
         if entities:
             docs = [self._document_text(c) for c in candidates]
             candidates = [candidates[i] for i in entity_order(docs, entities)]
-        chosen = candidates[:k]
-        linked = self._linked(chosen, flt) if k >= 2 else []
-        chosen = chosen[:k - len(linked)] + linked
+        chosen = candidates[:n]
+        linked = self._linked(chosen, flt) if n >= 2 else []
+        chosen = chosen[:n - len(linked)] + linked
         chosen = [replace(c, n=i + 1) for i, c in enumerate(chosen)]
         return with_highlights(question, chosen, self.store.embedder)
 

@@ -297,3 +297,22 @@ def test_engine_failure_is_a_500_with_a_reason(make_app, embedded_target, sse_ev
             events = list(sse_events(r.iter_lines()))
         assert events[-1][0] == "error" and "boom" in events[-1][1]["detail"]
         assert c.post("/v1/ask", json={"question": QUESTION}).status_code == 500  # the scheduler survives
+
+
+def test_a_multi_prompt_completion_refused_by_a_full_queue_leaves_nothing_queued(make_app, embedded_target):
+    """Its prompts already queued are cancelled with it: the queue is free for the next client."""
+    engine = PacedEngine(embedded_target, step_s=0.3)
+    app, _ = make_app(engine, queue_size=1, max_batch=2)
+    payload = {"question": QUESTION, "max_new_tokens": 12}  # two answers hold both batch slots for seconds
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as c, \
+            ThreadPoolExecutor(2) as pool:
+        running = [pool.submit(c.post, "/v1/ask", json=payload) for _ in range(2)]
+        _wait(lambda: app.state.scheduler.batch_size == 2, what="two answers in the batch")
+        r = c.post("/v1/completions", json={"model": "opscopilot", "prompt": ["a", "b"], "max_tokens": 2})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "server_overloaded", r.text
+        assert all(f.result().status_code == 200 for f in running)
+        _wait(lambda: app.state.scheduler.depth == 0 and app.state.scheduler.batch_size == 0,
+              what="the queue and the batch to empty")
+        assert len(engine.finished) == 2  # the queued prompt "a" never ran
+        r = c.post("/v1/completions", json={"model": "opscopilot", "prompt": ["a", "b"], "max_tokens": 2})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 2

@@ -11,7 +11,9 @@ copy buttons, follow-up questions sent with the conversation, filters, the docum
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +29,10 @@ from copilot.config import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STATIC = REPO_ROOT / "copilot" / "api" / "static"
-SCREENSHOT = REPO_ROOT / "evals" / "results" / "ui.png"
+#: The README's screenshots are rewritten only when asked (COPILOT_UPDATE_SCREENSHOTS=1), so a
+#: test run leaves the tracked files alone; otherwise they go to a temporary folder.
+SCREENSHOT = (REPO_ROOT / "evals" / "results" if os.environ.get("COPILOT_UPDATE_SCREENSHOTS") == "1"
+              else Path(tempfile.mkdtemp(prefix="opscopilot-ui-"))) / "ui.png"
 pytest_plugins = ["ui_browser"]  # the fixtures live_url, browser and page
 QUESTION = "How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?"
 EVIL = "<img src=x onerror=alert(1)>"

@@ -24,7 +24,7 @@ class CompletionRequest(SamplingParams):
     model: Text = Field(min_length=1)
     prompt: Text | list[Text] | list[int] | list[list[int]] = Field(
         description="a string or a list of strings (token-id prompts are not supported)")
-    max_tokens: int | None = Field(None, ge=0, description="answer budget (default: the server's max_new_tokens, "
+    max_tokens: int | None = Field(None, ge=1, description="answer budget (default: the server's max_new_tokens, "
                                    "not OpenAI's 16)")
     stream: bool | None = False
     stream_options: StreamOptions | None = None

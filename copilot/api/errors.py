@@ -24,8 +24,12 @@ from starlette.exceptions import HTTPException
 API_PREFIX = "/v1/"
 
 _TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
-_CODES = {401: "invalid_api_key", 403: "invalid_api_key", 405: "method_not_allowed",
-          413: "context_length_exceeded", 503: "server_overloaded"}
+_CODES = {400: "invalid_value", 401: "invalid_api_key", 403: "invalid_api_key", 404: "not_found",
+          405: "method_not_allowed", 413: "context_length_exceeded", 500: "server_error", 503: "server_overloaded"}
+#: Where a request parameter sits in FastAPI's ``loc`` (left out of ``param``).
+_SECTIONS = ("body", "query", "path", "header", "cookie")
+#: Longest message an error echoes (a client's value quoted in it is cut).
+MAX_MESSAGE = 2000
 #: A location part that is a field name (pydantic also puts validator and type names there).
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -42,7 +46,11 @@ class ParameterError(fastapi.HTTPException):
 
 
 def _api(request: Request) -> bool:
-    return request.url.path.startswith(API_PREFIX)
+    """Whether the request is for ``/v1`` (behind a proxy, after the ASGI ``root_path``)."""
+    path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root):]
+    return path == API_PREFIX.rstrip("/") or path.startswith(API_PREFIX)
 
 
 def _clean(value: object) -> str | int:
@@ -56,11 +64,14 @@ def _clean(value: object) -> str | int:
 def param_name(loc: tuple | list) -> str | None:
     """The parameter a validation error's ``loc`` names, as the client wrote it: ``body`` and
     pydantic's validator or type names (``function-after[...]``, ``str``, ``list[...]``) left
-    out, e.g. ``("body", "stop", "function-after[_valid_unicode(), str]")`` → ``stop``."""
+    out, e.g. ``("body", "stop", "function-after[_valid_unicode(), str]")`` → ``stop``,
+    ``("query", "limit")`` → ``limit``; ``None`` for the body as a whole (malformed JSON)."""
     parts: list[str] = []
-    for part in loc:
-        if part == "body":
+    for i, part in enumerate(loc):
+        if i == 0 and part in _SECTIONS:
             continue
+        if i == 1 and loc[0] == "body" and isinstance(part, int) and len(loc) == 2:
+            return None  # a JSON decode error's character offset
         if isinstance(part, int):
             parts.append(str(part))
         elif _FIELD.fullmatch(str(part)) and str(part) not in ("str", "int", "float", "bool", "list", "dict"):
@@ -78,25 +89,37 @@ def _code(error_type: str) -> str:
     return "invalid_value"
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = param_name(err.get("loc", ()))
-        msg = _clean(err.get("msg"))
-        parts.append(f"{loc}: {msg}" if loc else str(msg))
-    return "; ".join(parts) or "invalid request"
-
-
 def _safe_errors(exc: RequestValidationError) -> list[dict]:
     """Pydantic errors without the offending ``input``/``ctx`` values, which may not be
-    JSON-serialisable (NaN, Infinity, lone surrogates)."""
-    return [{"loc": [_clean(x) for x in err.get("loc", ())], "msg": _clean(err.get("msg")), "type": err.get("type")}
-            for err in exc.errors()]
+    JSON-serialisable (NaN, Infinity, lone surrogates), and with ``loc`` naming only the
+    section and the fields (no validator or type names)."""
+    out = []
+    for err in exc.errors():
+        loc = list(err.get("loc", ()))
+        param = param_name(loc)
+        clean: list[str | int] = [loc[0]] if loc and loc[0] in _SECTIONS else []
+        clean += [int(p) if p.isdigit() else _clean(p) for p in param.split(".")] if param else []
+        out.append({"loc": clean, "msg": str(_clean(err.get("msg"))).removeprefix("Value error, "),
+                    "type": err.get("type")})
+    return out
+
+
+def validation_message(errors: list[dict]) -> str:
+    """Pydantic errors as one line: ``field: message; ...`` (no input values, no URLs)."""
+    parts = []
+    for err in errors:
+        loc = param_name(err.get("loc", ()))
+        msg = str(_clean(err.get("msg"))).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts) or "invalid request"
 
 
 def error_body(message: str, status_code: int, param: str | None = None, code: str | None = None,
                detail: object = None) -> dict:
-    """An OpenAI-format error body (``type`` from the status; ``detail`` defaults to the message)."""
+    """An OpenAI-format error body (``type`` and a default ``code`` from the status; ``detail``
+    defaults to the message, which is cut at :data:`MAX_MESSAGE` characters)."""
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + "…"
     kind = _TYPES.get(status_code, "server_error" if status_code >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code or _CODES.get(status_code)},
             "detail": message if detail is None else detail}
@@ -117,7 +140,7 @@ async def _validation_error(request: Request, exc: RequestValidationError):
     if not _api(request):
         return await request_validation_exception_handler(request, exc)
     first = exc.errors()[0] if exc.errors() else {}
-    body = error_body(_validation_message(exc), 400, param_name(first.get("loc", ())),
+    body = error_body(validation_message(list(exc.errors())), 400, param_name(first.get("loc", ())),
                       _code(str(first.get("type", ""))), _safe_errors(exc))
     return JSONResponse(body, status_code=400)
 

@@ -53,25 +53,34 @@ def _as_http(exc: Exception, params: Mapping[str, str] | None = None) -> HTTPExc
     """Map :meth:`CopilotService.question` / :meth:`~CopilotService.prepare` errors to 413 / 400 / 503.
 
     Args:
-        params: the client's name for a :class:`GenerationConfig` field when it differs
-            (e.g. ``{"max_new_tokens": "max_tokens"}`` on the OpenAI routes), for ``error.param``.
+        params: the client's names, for ``error.param``: of a :class:`GenerationConfig` field
+            when it differs (``{"max_new_tokens": "max_tokens"}``), and under ``"prompt"`` of
+            the parameter holding the text (``messages``, ``prompt``, ``input``). With a
+            ``"prompt"`` name (the OpenAI routes) a prompt over the budget is a 400
+            ``context_length_exceeded`` naming it, as OpenAI answers; without (``/v1/ask``) a 413.
     """
+    params = params or {}
+    prompt = params.get("prompt", "question")
     if isinstance(exc, PromptTooLongError):
-        return ParameterError(status.HTTP_413_CONTENT_TOO_LARGE, str(exc), None, "context_length_exceeded")
+        code = status.HTTP_400_BAD_REQUEST if "prompt" in params else status.HTTP_413_CONTENT_TOO_LARGE
+        return ParameterError(code, str(exc), prompt, "context_length_exceeded")
     if isinstance(exc, GenerationSettingError):
-        param = (params or {}).get(exc.field, exc.field)
+        param = params.get(exc.field, exc.field)
         return ParameterError(status.HTTP_400_BAD_REQUEST, str(exc).replace(exc.field, param, 1), param,
                               "invalid_value")
-    if isinstance(exc, ValueError):
-        return ParameterError(status.HTTP_400_BAD_REQUEST, str(exc), None, "invalid_value")
+    if isinstance(exc, ValueError):  # an empty or over-long question
+        return ParameterError(status.HTTP_400_BAD_REQUEST, str(exc), prompt, "invalid_value")
     return ParameterError(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc), None, "model_not_loaded")
 
 
 def question(service: CopilotService, text: str, params: Mapping[str, str] | None = None, **kwargs: Any) -> Question:
-    """:meth:`CopilotService.question` with its errors as HTTP errors (see :func:`_as_http`).
+    """:meth:`CopilotService.question` with its errors as HTTP errors.
 
+    Args:
+        params: the client's parameter names (see :func:`_as_http`).
     Raises:
-        HTTPException: 400 naming the parameter, 413 over the prompt budget, 503 no model.
+        HTTPException: 400 naming the parameter, 413 over the prompt budget (a 400 on the
+            OpenAI routes), 503 no model.
     """
     try:
         return service.question(text, **kwargs)
@@ -116,12 +125,14 @@ class Outcome:
 class GenerationRun:
     """One queued question, consumed by an async request handler."""
 
-    def __init__(self, job: Job, service: CopilotService, metrics: Metrics, endpoint: str, started: float) -> None:
+    def __init__(self, job: Job, service: CopilotService, metrics: Metrics, endpoint: str, started: float,
+                 params: Mapping[str, str] | None = None) -> None:
         self.job = job
         self.service = service
         self.metrics = metrics
         self.endpoint = endpoint
         self.started = started
+        self.params = params
         self.assembler: AnswerAssembler | None = None  # from prepared() on
         self.disconnected = False
         self._last_check = time.monotonic()
@@ -164,7 +175,7 @@ class GenerationRun:
             self.job.cancel()
             raise HTTPException(499, "client closed the request")
         if isinstance(event, _PromptRejected):
-            raise _as_http(event.exc)
+            raise _as_http(event.exc, self.params)
         assert isinstance(event, _PromptReady), event
         self.assembler = AnswerAssembler(event.prepared)
         return event.prepared
@@ -285,7 +296,8 @@ class QuestionJob(Job):
 
 
 def start(request: Request, service: CopilotService, scheduler: BatchScheduler, metrics: Metrics,
-          question: Question, *, endpoint: str, started: float | None = None) -> GenerationRun:
+          question: Question, *, endpoint: str, started: float | None = None,
+          params: Mapping[str, str] | None = None) -> GenerationRun:
     """Queue ``question``'s retrieval and decoding on the scheduler.
 
     Args:
@@ -293,6 +305,7 @@ def start(request: Request, service: CopilotService, scheduler: BatchScheduler, 
         question: checked by :func:`question`.
         endpoint: metric label (``ask``, ``chat``, ``completions`` or ``responses``).
         started: ``time.perf_counter()`` when the request arrived (for TTFT; default now).
+        params: the client's parameter names, for errors found later (see :func:`question`).
     Raises:
         HTTPException: 503 when the queue is full (with ``Retry-After``).
     """
@@ -304,4 +317,4 @@ def start(request: Request, service: CopilotService, scheduler: BatchScheduler, 
         metrics.queue_rejections.inc()
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc),
                             headers={"Retry-After": str(exc.retry_after_s)}) from exc
-    return GenerationRun(job, service, metrics, endpoint, started or submitted)
+    return GenerationRun(job, service, metrics, endpoint, started or submitted, params)

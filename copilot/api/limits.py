@@ -16,6 +16,8 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from copilot.api.errors import error_body
+
 
 class BodyTooLargeError(HTTPException):
     """The request body passed its size limit (HTTP 413)."""
@@ -61,7 +63,7 @@ class BodyLimitMiddleware:
             try:
                 declared = int(length)
             except ValueError:
-                await _send_error(send, 400, f"invalid Content-Length header: {length!r}")
+                await _send_error(send, 400, f"invalid Content-Length header: {length[:40]!r}")
                 return
             if declared > limit:
                 await _send_error(send, 413, BodyTooLargeError(limit, what, declared).detail)
@@ -94,7 +96,8 @@ class BodyLimitMiddleware:
 
 
 async def _send_error(send: Send, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
+    code = "request_too_large" if status == 413 else "invalid_value"
+    body = json.dumps(error_body(detail, status, None, code)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from copilot.api.schemas import (
     SPECULATION_HELP,
@@ -112,12 +112,13 @@ class SamplingParams(BaseModel):
     num_speculative_tokens: int | None = Field(None, ge=1, le=16,
                                                description="γ ceiling per round (default: settings)")
 
-    @model_validator(mode="after")
-    def _check_stops(self) -> "SamplingParams":
-        stops = self.stop_strings
+    @field_validator("stop")
+    @classmethod
+    def _check_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop or []
         if len(stops) > 4 or any(not s for s in stops):
-            raise ValueError("stop: at most 4 non-empty strings")
-        return self
+            raise ValueError("at most 4 non-empty strings")
+        return stop
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -161,8 +162,8 @@ class ChatCompletionRequest(SamplingParams):
     messages: list[ChatMessage] = Field(min_length=1, max_length=100)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=0, description="deprecated OpenAI name of max_completion_tokens")
-    max_completion_tokens: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=1, description="deprecated OpenAI name of max_completion_tokens")
+    max_completion_tokens: int | None = Field(None, ge=1)
     # OpenAI parameters refused unless at their default (see unsupported())
     n: int | None = Field(None, ge=1, le=128, description="only 1 choice is supported")
     logprobs: bool | None = Field(None, description="not supported (only false)")
@@ -187,11 +188,12 @@ class ChatCompletionRequest(SamplingParams):
     use_context: bool = Field(True, description="false: no retrieval; the model answers the messages as sent")
     filters: Filters | None = None
 
-    @model_validator(mode="after")
-    def _check(self) -> "ChatCompletionRequest":
-        if self.messages[-1].role != "user":
-            raise ValueError(f"the last message must be the user's question, got role {self.messages[-1].role!r}")
-        return self
+    @field_validator("messages")
+    @classmethod
+    def _last_is_the_question(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
+        if messages and messages[-1].role != "user":
+            raise ValueError(f"the last message must be the user's question, got role {messages[-1].role!r}")
+        return messages
 
     def unsupported(self) -> UnsupportedParameterError | None:
         """The first parameter set to a value this server cannot honour, as an error naming it

@@ -57,7 +57,7 @@ class ResponseRequest(BaseModel):
     model: Text = Field(min_length=1)
     input: Text | list[InputItem] = Field(description="the question, or messages whose last is the user's")
     instructions: Text | None = Field(None, description="added to OpsCopilot's instructions")
-    max_output_tokens: int | None = Field(None, ge=0)
+    max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     stream: bool | None = False

@@ -122,15 +122,15 @@ def _texts(body: ChatCompletionRequest) -> list[str]:
     return texts
 
 
-def chat_question(body: ChatCompletionRequest, service: CopilotService, budget_param: str | None = None) -> Question:
+def chat_question(body: ChatCompletionRequest, service: CopilotService, names: dict[str, str]) -> Question:
     """The checked question of a chat request: the last message, the earlier user and assistant
     turns as history (sources footers removed), system messages as instructions.
 
     Args:
-        budget_param: the client's name for the answer budget (default: the one the body used).
+        names: the client's parameter names for errors (see :func:`copilot.api.generation.question`).
 
     Raises:
-        HTTPException: 400 naming the parameter, 404 unknown model, 413 over the prompt budget.
+        HTTPException: 400 naming the parameter (a prompt over the budget included), 404 unknown model.
     """
     refused = body.unsupported()
     if refused is not None:
@@ -142,8 +142,7 @@ def chat_question(body: ChatCompletionRequest, service: CopilotService, budget_p
     if body.user or body.metadata:
         log.info("chat request from user %r, metadata %s", body.user, body.metadata)
     return generation.question(
-        service, texts[-1], {"max_new_tokens": budget_param or body.budget_param},
-        mode="rag" if body.use_context else "chat", max_sources=body.max_sources,
+        service, texts[-1], names, mode="rag" if body.use_context else "chat", max_sources=body.max_sources,
         flt=body.filters.to_search_filter() if body.filters else None,
         history=history, instructions=body.instructions(), max_new_tokens=body.max_new_tokens,
         **body.generation_settings())
@@ -160,12 +159,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
 
     Errors: 400 invalid request or a parameter the server does not implement (``n`` > 1,
     ``logprobs``, a forced tool call, ``response_format`` other than text; named in
-    ``error.param``), 404 unknown model, 413 question over the prompt budget, 503 queue full
-    (with Retry-After, which the ``openai`` client honours).
+    ``error.param``; ``context_length_exceeded`` for messages over the prompt budget), 404
+    unknown model, 503 queue full (with Retry-After, which the ``openai`` client honours).
     """
     started = time.perf_counter()
-    question = chat_question(body, service)
-    run = generation.start(request, service, scheduler, metrics, question, endpoint="chat", started=started)
+    names = {"max_new_tokens": body.budget_param, "prompt": "messages"}
+    question = chat_question(body, service, names)
+    run = generation.start(request, service, scheduler, metrics, question, endpoint="chat", started=started,
+                           params=names)
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model, service.fingerprint)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -31,6 +31,8 @@ from copilot.service import CopilotService
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
+#: The client's names for errors (see :func:`copilot.api.generation.question`).
+NAMES = {"max_new_tokens": "max_tokens", "prompt": "prompt"}
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 500, 503)}
 STREAMED = streamed("`text_completion` chunks (`choices[0].text` is the delta), then `[DONE]`",
                     'data: {"object": "text_completion", "choices": [{"text": " a disk"}], ...}\n\ndata: [DONE]\n\n')
@@ -51,7 +53,10 @@ def completion_questions(body: CompletionRequest, service: CopilotService) -> li
     if refused is not None:
         raise ParameterError(status.HTTP_400_BAD_REQUEST, str(refused), refused.param, "unsupported_parameter")
     check_model(body.model, served_models(service.settings))
-    return [generation.question(service, p, mode="completion", max_new_tokens=body.max_tokens,
+    if len(prompts) > service.settings.max_batch:
+        raise ParameterError(status.HTTP_400_BAD_REQUEST, f"prompt: at most {service.settings.max_batch} prompts "
+                             f"per request (the batch size), got {len(prompts)}", "prompt", "invalid_value")
+    return [generation.question(service, p, NAMES, mode="completion", max_new_tokens=body.max_tokens,
                                 **body.generation_settings()) for p in prompts]
 
 
@@ -68,13 +73,21 @@ async def completions(body: CompletionRequest, request: Request, settings: Setti
     chunks, then ``[DONE]``).
 
     Errors: 400 invalid request or a parameter the server does not implement (``n``/``best_of``
-    > 1, ``logprobs``, ``suffix``, token-id prompts), 404 unknown model, 413 a prompt over the
-    prompt budget, 503 queue full (with Retry-After).
+    > 1, ``logprobs``, ``suffix``, token-id prompts, more prompts than ``max_batch``;
+    ``context_length_exceeded`` for a prompt over the budget), 404 unknown model, 503 queue full
+    (with Retry-After).
     """
     started = time.perf_counter()
     questions = completion_questions(body, service)
-    runs = [generation.start(request, service, scheduler, metrics, q, endpoint="completions", started=started)
-            for q in questions]
+    runs: list[generation.GenerationRun] = []
+    try:
+        for q in questions:
+            runs.append(generation.start(request, service, scheduler, metrics, q, endpoint="completions",
+                                         started=started, params=NAMES))
+    except HTTPException:  # the queue filled up part way: none of this request's prompts run
+        for run in runs:
+            run.job.cancel()
+        raise
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model,
             "system_fingerprint": service.fingerprint}
     if body.stream:

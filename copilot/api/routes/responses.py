@@ -2,8 +2,8 @@
 
 Streamed, the events are the Responses API's: ``response.created``, ``response.in_progress``,
 ``response.output_item.added``, ``response.content_part.added``, ``response.output_text.delta``
-per piece of text, then the ``.done`` events and ``response.completed`` (``response.failed``
-when generation fails).
+per piece of text, then the ``.done`` events and ``response.completed`` (``response.incomplete``
+when the answer hit ``max_output_tokens``, ``response.failed`` when generation failed).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import uuid
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
+from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
 from copilot.api import generation
 from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
-from copilot.api.errors import ParameterError, error_body
+from copilot.api.errors import ParameterError, error_body, validation_message
 from copilot.api.metrics import Metrics
 from copilot.api.openapi import streamed
 from copilot.api.response_schemas import OutputMessage, OutputText, ResponseObject, ResponseRequest, ResponseUsage
@@ -42,6 +43,9 @@ def _chat_body(body: ResponseRequest):
         raise ParameterError(status.HTTP_400_BAD_REQUEST, str(refused), refused.param, "unsupported_parameter")
     try:
         return body.as_chat()
+    except ValidationError as exc:  # the chat form's checks: name the Responses API's fields
+        message = validation_message(list(exc.errors())).replace("messages", "input")
+        raise ParameterError(status.HTTP_400_BAD_REQUEST, message, "input", "invalid_value") from exc
     except ValueError as exc:
         raise ParameterError(status.HTTP_400_BAD_REQUEST, f"input: {exc}", "input", "invalid_value") from exc
 
@@ -62,6 +66,7 @@ class ResponseBuilder:
         fields: dict[str, Any] = {"id": self.id, "created_at": self.created, "model": body.model,
                                   "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
                                   "temperature": body.temperature, "top_p": body.top_p, "tools": body.tools or [],
+                                  "tool_choice": body.tool_choice if isinstance(body.tool_choice, str) else "auto",
                                   "metadata": body.metadata or {}}
         if outcome is None:
             return ResponseObject(status="in_progress", output=[], **fields)
@@ -92,11 +97,13 @@ async def create_response(body: ResponseRequest, request: Request, settings: Set
 
     Errors: 400 invalid request or an unsupported parameter (``previous_response_id``,
     ``reasoning``, a non-text format, a forced tool call, non-text input), 404 unknown model,
-    413 over the prompt budget, 503 queue full (with Retry-After).
+    ``context_length_exceeded`` for input over the prompt budget, 503 queue full (with Retry-After).
     """
     started = time.perf_counter()
-    question = chat_question(_chat_body(body), service, budget_param="max_output_tokens")
-    run = generation.start(request, service, scheduler, metrics, question, endpoint="responses", started=started)
+    names = {"max_new_tokens": "max_output_tokens", "prompt": "input"}
+    question = chat_question(_chat_body(body), service, names)
+    run = generation.start(request, service, scheduler, metrics, question, endpoint="responses", started=started,
+                           params=names)
     builder = ResponseBuilder(body)
     if body.stream:
         async def sse():
@@ -149,4 +156,5 @@ async def _events(run: generation.GenerationRun, request: Request, builder: Resp
     yield event("response.output_text.done", **where, text=text, logprobs=[])
     yield event("response.content_part.done", **where, part=OutputText(text=text).model_dump(mode="json"))
     yield event("response.output_item.done", output_index=0, item=final.output[0].model_dump(mode="json"))
-    yield event("response.completed", response=final.model_dump(mode="json"))
+    done = "response.incomplete" if final.status == "incomplete" else "response.completed"
+    yield event(done, response=final.model_dump(mode="json"))
