@@ -60,6 +60,22 @@ def completion_questions(body: CompletionRequest, service: CopilotService) -> li
                                 **body.generation_settings()) for p in prompts]
 
 
+def _start_all(request: Request, service: CopilotService, scheduler: BatchScheduler, metrics: Metrics,
+               questions: list[Question], started: float) -> list[generation.GenerationRun]:
+    """Queue every prompt; when the queue fills part way, cancel those queued (none of the
+    request's prompts run) and raise its 503."""
+    runs: list[generation.GenerationRun] = []
+    try:
+        for q in questions:
+            runs.append(generation.start(request, service, scheduler, metrics, q, endpoint="completions",
+                                         started=started, params=NAMES))
+    except HTTPException:
+        for run in runs:
+            run.job.cancel()
+        raise
+    return runs
+
+
 def _finish(reason: str) -> str:
     return "length" if reason == "length" else "stop"
 
@@ -79,15 +95,7 @@ async def completions(body: CompletionRequest, request: Request, settings: Setti
     """
     started = time.perf_counter()
     questions = completion_questions(body, service)
-    runs: list[generation.GenerationRun] = []
-    try:
-        for q in questions:
-            runs.append(generation.start(request, service, scheduler, metrics, q, endpoint="completions",
-                                         started=started, params=NAMES))
-    except HTTPException:  # the queue filled up part way: none of this request's prompts run
-        for run in runs:
-            run.job.cancel()
-        raise
+    runs = _start_all(request, service, scheduler, metrics, questions, started)
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model,
             "system_fingerprint": service.fingerprint}
     if body.stream:
