@@ -32,6 +32,9 @@ _TYPE_LABELS = {
     "csv_ticket": "Ticket", "jsonl": "Record", "text": "Document",
 }
 _SEPARATORS = ["\n\n", "\n", ". ", " "]
+#: Characters per token above which a chunk is cut by length too: a run with no whitespace
+#: (base64, hex dumps, minified JSON) is one ``[UNK]`` token to WordPiece, whatever its length.
+MAX_CHARS_PER_TOKEN = 16
 
 
 class TokenCounter:
@@ -142,7 +145,8 @@ class Chunker:
         return header
 
     def _split(self, body: str, budget: int) -> list[str]:
-        if self.counter.count(body) <= budget:
+        max_chars = budget * MAX_CHARS_PER_TOKEN
+        if len(body) <= max_chars and self.counter.count(body) <= budget:
             return [body]
         splitter = RecursiveCharacterTextSplitter(
             chunk_size=budget,
@@ -153,11 +157,14 @@ class Chunker:
         )
         pieces: list[str] = []
         for piece in splitter.split_text(body):
-            if self.counter.count(piece) <= budget:
-                pieces.append(piece)
-            else:
+            if self.counter.count(piece) > budget:
                 cuts = self.counter.cut_points(piece, budget)
-                pieces.extend(piece[a:b] for a, b in zip(cuts, cuts[1:]) if piece[a:b].strip())
+                parts = [piece[a:b] for a, b in zip(cuts, cuts[1:])]
+            else:
+                parts = [piece]
+            for part in parts:  # then by length (see MAX_CHARS_PER_TOKEN)
+                pieces.extend(part[i:i + max_chars] for i in range(0, len(part), max_chars)
+                              if part[i:i + max_chars].strip())
         return pieces
 
     def chunk(self, doc: Document) -> list[Chunk]:

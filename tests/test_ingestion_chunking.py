@@ -46,7 +46,7 @@ def test_short_document_is_one_chunk_with_header(chunker):
     assert chunk.metadata["title"] == "FTS" and chunk.metadata["doc_id"] == doc.doc_id
 
 
-@pytest.mark.parametrize("kind", ["words", "no-spaces"])
+@pytest.mark.parametrize("kind", ["words", "no-spaces", "one-letter"])
 def test_60k_character_single_line(chunker, tokenizer, kind):
     rng = random.Random(7)
     if kind == "words":
@@ -56,20 +56,22 @@ def test_60k_character_single_line(chunker, tokenizer, kind):
         while len(text) < 60_000:
             text += rng.choice(words) + " "
         text = text[:60_000]
-    else:
+    elif kind == "no-spaces":
         text = "".join(rng.choice(string.ascii_letters + string.digits + "+/") for _ in range(60_000))
+    else:  # one WordPiece [UNK] token however long: cut by length (MAX_CHARS_PER_TOKEN)
+        text = "x" * 60_000
     assert "\n" not in text and len(text) == 60_000
     doc = Document("big.log#big.log", text, {"source": "big.log", "doc_type": "text", "key": "big.log",
                                               "title": "big.log"})
     chunks = chunker.chunk(doc)
-    assert len(chunks) > 20
+    assert len(chunks) > (10 if kind == "one-letter" else 20)
     header = document_header(doc)
     for i, chunk in enumerate(chunks):
         assert chunk.chunk_id == f"big.log#big.log#{i}"
         assert chunk.text.startswith(header + "\n")
-        assert n_tokens(tokenizer, chunk.text) <= 256
+        assert n_tokens(tokenizer, chunk.text) <= 256 and len(chunk.text) <= 256 * 16
     bodies = [c.text[len(header) + 1:] for c in chunks]
-    if kind == "no-spaces":
+    if kind != "words":
         assert "".join(bodies) == text  # cut at token boundaries, nothing lost or duplicated
     else:
         covered = set(" ".join(bodies).split())
