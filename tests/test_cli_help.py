@@ -59,7 +59,7 @@ def test_help_metavars_flags_paths_and_numbers():
     assert "--help Show this message" in ingest
     ask = _flat(runner.invoke(app, ["ask", "--help"], env={"COLUMNS": "200"}).stdout)
     assert "question TEXT the question" in ask
-    assert "--max-new-tokens INTEGER answer budget" in ask
+    assert "--max-new-tokens INTEGER [x>=0] answer budget" in ask
     assert "--doc-type TEXT only these document types (repeat)" in ask  # one value per use
     assert "--json print the answer" in ask and "--stats print decoding statistics" in ask
     listing = _flat(runner.invoke(app, ["documents", "list", "--help"], env={"COLUMNS": "200"}).stdout)
