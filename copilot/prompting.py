@@ -41,8 +41,8 @@ class PromptStyle:
             header and evidence lines only: a much shorter prompt), ``"numbered-lines"`` (the
             same, each line ending with ``[n]``) or ``"evidence-first"`` (its evidence lines,
             then the header).
-        max_sources: sources retrieved for the prompt when the request and the settings name
-            no ``top_k``.
+        max_sources: sources retrieved for the prompt when neither the request nor the
+            settings name ``max_sources``.
         best_last: list the best source last, next to the question (else first).
         answer_hint: appended to the question (e.g. a length hint); empty for none.
     """

@@ -144,8 +144,8 @@ class RequestState:
         holdback = max((len(s) for s in config.stop_strings), default=1) - 1
         self.detok = IncrementalDetokenizer(target.tokenizer, holdback=holdback)
         self.stats = GenerationStats(prompt_tokens=len(prompt))
-        self.settings = settings or effective_settings(config, target.generation_defaults,
-                                                       target.model.config.vocab_size)
+        self.settings = settings if settings is not None else effective_settings(
+            config, target.generation_defaults, target.model.config.vocab_size)
         self.stats.generation_settings = self.settings.to_dict()
         # A seeded sample must not depend on earlier requests: no answer history, priors only.
         self.seeded = not config.greedy and config.seed is not None
