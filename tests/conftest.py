@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
+# Helper modules that test modules both import and load as plugins: rewrite their asserts.
+pytest.register_assert_rewrite("decoding_edges", "ui_browser")
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The suite runs the small embedded target (seconds to load) unless a test names another; the
 # product's default (target_model "auto": the Qwen2.5-Coder 0.5B on CPU) has its own tests.
@@ -18,8 +23,6 @@ os.environ.setdefault("COPILOT_TARGET_MODEL", "HuggingFaceTB/SmolLM2-135M-Instru
 # real path, decoding.models.load_model(path, device="cpu", dtype="float32").
 import random as _dec_random  # noqa: E402
 from pathlib import Path as _DecPath  # noqa: E402
-
-import pytest  # noqa: E402
 
 _DEC_WORDS = ("disk node restart xrootd service clean tmp ticket link fixed renew host cert transfer "
               "failed timeout queue storage pool drain job site ops shift log error check run").split()

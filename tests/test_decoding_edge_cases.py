@@ -6,40 +6,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from decoding_edges import CHEAP, MODES, check, prompt_of  # noqa: E402 (tests/ is on sys.path)
 
 from decoding import GenerationConfig, SpeculativeEngine
 from decoding.engine import PromptError
 from decoding.models import LoadedModel
-from decoding.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-CHEAP = CostModel(verify_ms=(1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08, 1.09, 1.1, 1.11), draft_step_ms=0.01)
-MODES = ("off", "ngram", "draft_model", "auto")
-
-
-@pytest.fixture(scope="module")
-def small(tiny_models):
-    return tiny_models.load("small")
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_models, small):
-    """Small target with a truncated (own-prefill) draft model; every drafter always drafts."""
-    return SpeculativeEngine(small, tiny_models.load("small_trunc"), costs=CHEAP, draft_min_confidence=0.0)
-
-
-def prompt_of(small, text="the disk is full; restart xrootd") -> list[int]:
-    return small.tokenizer.encode(text)
-
-
-def check(tiny_models, engine, prompt, config, contexts=(), name="small"):
-    result = engine.generate(prompt, config, contexts)
-    ids, text, reason = tiny_models.expected(name, prompt, config.max_new_tokens, config.eos_token_ids,
-                                             config.stop_strings)
-    assert (result.token_ids, result.text, result.finish_reason) == (ids, text, reason), config
-    return result
-
+pytest_plugins = ["decoding_edges"]  # the fixtures small and engine
 
 # -- prompts ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("prompt", [[], ()])
