@@ -496,3 +496,14 @@ def pg_collection(request) -> str:
     import re
 
     return "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40] + "_" + os.urandom(3).hex()
+
+
+@pytest.fixture
+def clean_copilot_env(monkeypatch, tmp_path):
+    """A command-line test's environment: no ``COPILOT_*`` variable or ``.env`` file from the
+    developer's shell, the working directory and ``COPILOT_DATA_DIR`` under ``tmp_path``."""
+    for name in list(os.environ):
+        if name.startswith("COPILOT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COPILOT_DATA_DIR", str(tmp_path / "data"))

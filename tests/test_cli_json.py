@@ -21,14 +21,8 @@ TICKETS = REPO_ROOT / "evals" / "data" / "corpus" / "tickets"
 COPILOT = str(Path(sys.executable).with_name("copilot"))
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path):
-    """No COPILOT_* variables or .env file from the developer's shell leak in."""
-    for name in list(os.environ):
-        if name.startswith("COPILOT_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COPILOT_DATA_DIR", str(tmp_path / "data"))
+# no COPILOT_* variable or .env file from the developer's shell leaks in (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("clean_copilot_env")
 
 
 @pytest.fixture

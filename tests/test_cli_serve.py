@@ -12,16 +12,8 @@ from copilot.cli import app
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path, restore_logging):
-    """No COPILOT_* variables or .env file from the developer's shell leak in."""
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("COPILOT_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COPILOT_DATA_DIR", str(tmp_path / "data"))
+# no COPILOT_* variable or .env file from the developer's shell leaks in (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("clean_copilot_env", "restore_logging")
 
 
 @pytest.fixture
