@@ -29,6 +29,16 @@ class RecordError(LoaderError):
     (see :meth:`ingestion.loaders.base.DocumentBuilder.record`)."""
 
 
+class LimitExceededError(LoaderError):
+    """A file exceeds one of the loaders' bounds (:mod:`ingestion.loaders.limits`: its size, its
+    record count, its front matter's alias expansion ...); the whole file fails with this reason."""
+
+
+class RecordLimitError(RecordError):
+    """One record exceeds a per-record bound of :mod:`ingestion.loaders.limits` (its text, key,
+    metadata or nesting depth); only that record fails -- or the file, for one-document formats."""
+
+
 class StoreError(IngestError):
     """The chunk store is unusable (unreachable server, model mismatch, locked)."""
 

@@ -11,6 +11,8 @@ Detection (first match wins):
 5. otherwise plain text.
 
 Empty and whitespace-only files give zero documents (the pipeline reports ``skipped-empty``).
+Every loader is bounded by :mod:`ingestion.loaders.limits` (file size, records, text, metadata,
+nesting, front-matter alias expansion); a file or record over a bound fails with the bound named.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ingestion.documents import Document
-from ingestion.errors import BinaryFileError, ParseError, UnsupportedFormatError
-from ingestion.loaders import csv_tickets, elog, jira, jsonl, markdown, shiftlog, text
+from ingestion.errors import BinaryFileError, LimitExceededError, ParseError, RecordLimitError, UnsupportedFormatError
+from ingestion.loaders import csv_tickets, elog, jira, jsonl, limits, markdown, shiftlog, text
 from ingestion.loaders.base import DEFAULT_CSV_COLUMNS, LoaderConfig, LoadResult
 from ingestion.textio import decode_bytes
 
@@ -56,7 +58,7 @@ def detect_format(name: str, content: str) -> str:
             json.loads(first_line)
             if len(stripped.splitlines()) > 1:
                 return "jsonl"
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, an over-long number, nested too deep
             pass
         return "json"
     if markdown.has_front_matter(content):
@@ -66,11 +68,32 @@ def detect_format(name: str, content: str) -> str:
     return "text"
 
 
-def _load_json(content: str, source: str, config: LoaderConfig, encoding: str | None) -> LoadResult:
+def parse_json(content: str) -> Any:
+    """Parse a whole-file JSON value within the bounds of :mod:`ingestion.loaders.limits`.
+
+    Raises:
+        LimitExceededError: over :data:`~limits.MAX_JSON_CHARS` or nested past :data:`~limits.MAX_NESTING_DEPTH`.
+        ParseError: invalid or truncated JSON, or a number too long to convert.
+    """
+    if len(content) > limits.MAX_JSON_CHARS:
+        raise LimitExceededError(f"JSON file of {len(content):,} characters; the limit is {limits.MAX_JSON_CHARS:,} "
+                                 "(MAX_JSON_CHARS): export JSON Lines (one record a line) instead")
     try:
         data: Any = json.loads(content)
+        limits.check_depth(data)
     except json.JSONDecodeError as exc:
         raise ParseError(f"invalid or truncated JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    except RecordLimitError as exc:
+        raise LimitExceededError(str(exc)) from exc
+    except RecursionError as exc:
+        raise LimitExceededError(str(limits.too_deep())) from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise ParseError(f"invalid JSON: {exc}") from exc
+    return data
+
+
+def _load_json(content: str, source: str, config: LoaderConfig, encoding: str | None) -> LoadResult:
+    data = parse_json(content)
     if jira.is_jira(data):
         return jira.load_data(data, source, config, encoding=encoding)
     if isinstance(data, dict) and "id" in data and "text" in data:
@@ -100,11 +123,16 @@ def load_bytes(data: bytes, source: str, *, name: str | None = None, config: Loa
         position and reason; the file's good records are in ``documents``.
     Raises:
         BinaryFileError, ParseError, UnsupportedFormatError: the file as a whole cannot be ingested.
+        LimitExceededError, RecordLimitError: the file (or the one document of a one-document
+            format) exceeds a bound of :mod:`ingestion.loaders.limits`.
     """
     config = config or LoaderConfig()
     name = name or source
     if PurePosixPath(name).suffix.lower() in BINARY_EXTENSIONS:
         raise BinaryFileError(f"binary file type {PurePosixPath(name).suffix!r} is not ingested")
+    if len(data) > limits.MAX_FILE_BYTES:
+        raise LimitExceededError(f"file of {len(data):,} bytes; the limit is {limits.MAX_FILE_BYTES:,} "
+                                 "(MAX_FILE_BYTES): split it")
     decoded = decode_bytes(data, name=name)
     content, encoding = decoded.text, decoded.encoding
     if not content.strip():

@@ -5,9 +5,13 @@ a JSON Lines line, an ELOG entry) is built inside :meth:`DocumentBuilder.record`
 that is unusable -- an empty or blank key, a malformed entry, any error while reading it --
 fails alone: it is listed in :attr:`LoadResult.failures` with its position (``line 12``,
 ``issues[3]``) and the reason, and every good record of the file is still returned.
-Nothing is rejected for its size: oversize fields are kept and chunked downstream.
 A file whose every record fails gives no documents and the failures; the pipeline then
 reports the file ``failed``.
+
+The size rule: every document is checked here against :mod:`ingestion.loaders.limits` -- its
+key, text and metadata (a record over a bound fails alone, with the bound named), and the
+file's running totals (records, failed records, text; past one the whole file fails). A long
+text within the bound is kept whole and chunked downstream.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingestion.documents import Document, Metadata, make_doc_id
-from ingestion.errors import RecordError
+from ingestion.errors import LimitExceededError, RecordError, RecordLimitError
+from ingestion.loaders import limits
 from ingestion.timeparse import get_tz
 
 log = logging.getLogger(__name__)
@@ -130,6 +135,38 @@ def require_key(value: Any, name: str) -> str:
     return key
 
 
+def check_size(what: str, size: int, limit: int, name: str) -> None:
+    """Fail a record whose ``what`` is ``size`` characters, over ``limit`` (the bound called ``name``).
+
+    Raises:
+        RecordLimitError: ``size > limit``.
+    """
+    if size > limit:
+        raise RecordLimitError(f"{what} is {size:,} characters; the limit is {limit:,} ({name})")
+
+
+def _value_chars(value: Any) -> int:
+    """Characters a metadata value takes (a list: its items together)."""
+    if isinstance(value, (list, tuple)):
+        return sum(len(str(item)) for item in value)
+    return 0 if value is None else len(str(value))
+
+
+def check_metadata(meta: Metadata) -> None:
+    """Fail a record whose metadata has a value over :data:`limits.MAX_FIELD_CHARS` or, names and
+    values together, over :data:`limits.MAX_METADATA_CHARS`.
+
+    Raises:
+        RecordLimitError: naming the field (or the total) and the bound.
+    """
+    total = 0
+    for name, value in meta.items():
+        size = _value_chars(value)
+        check_size(f"metadata field {name[:80]!r}", size, limits.MAX_FIELD_CHARS, "MAX_FIELD_CHARS")
+        total += len(name) + size
+    check_size("metadata", total, limits.MAX_METADATA_CHARS, "MAX_METADATA_CHARS")
+
+
 @dataclass(frozen=True)
 class RecordFailure:
     """A record that was not stored: ``where`` it is in the file (``line 12``, ``issues[3]``) and why."""
@@ -158,6 +195,7 @@ class DocumentBuilder:
         self.warnings: list[str] = []
         self.failures: list[RecordFailure] = []
         self._seen: dict[str, int] = {}
+        self._text_chars = 0
 
     @contextlib.contextmanager
     def record(self, where: str) -> Iterator[None]:
@@ -167,28 +205,52 @@ class DocumentBuilder:
             where: the record's position as a reader finds it (``line 12``, ``issues[3]``).
         A :class:`RecordError` (or any other exception, e.g. a wrong type in a malformed
         entry) is recorded in :attr:`failures` with ``where`` and the reason, and swallowed.
+        A :class:`LimitExceededError` (a bound of the whole file) is not: it fails the file.
         """
         try:
             yield
         except RecordError as exc:
             self.fail(where, str(exc))
+        except LimitExceededError:
+            raise
+        except RecursionError:  # a value nested past what Python's parsers handle
+            self.fail(where, str(limits.too_deep()))
         except Exception as exc:  # a malformed entry the loader did not foresee fails alone
             log.debug("%s %s: %s", self.source, where, exc, exc_info=True)
             self.fail(where, f"malformed record ({type(exc).__name__}: {exc})")
 
     def fail(self, where: str, reason: str) -> None:
-        """Record that the record at ``where`` was not stored, and why."""
+        """Record that the record at ``where`` was not stored, and why.
+
+        Raises:
+            LimitExceededError: more than :data:`~ingestion.loaders.limits.MAX_FAILED_RECORDS`
+                failed records, or more than :data:`~ingestion.loaders.limits.MAX_RECORDS` in all.
+        """
         failure = RecordFailure(where, reason)
         log.warning("%s: %s", self.source, failure)
         self.failures.append(failure)
+        if len(self.failures) > limits.MAX_FAILED_RECORDS:
+            raise LimitExceededError(f"more than {limits.MAX_FAILED_RECORDS:,} records failed (MAX_FAILED_RECORDS); "
+                                     f"is this the format it looks like? first: {self.failures[0]}")
+        self._check_record_count(0)
+
+    def _check_record_count(self, pending: int) -> None:
+        """Fail the file when its records (built, failed and ``pending``) exceed :data:`limits.MAX_RECORDS`."""
+        if len(self.documents) + len(self.failures) + pending > limits.MAX_RECORDS:
+            raise LimitExceededError(f"more than {limits.MAX_RECORDS:,} records in one file (MAX_RECORDS); "
+                                     "split the file")
 
     def add(self, key: str, text: str, metadata: Metadata, *, doc_type: str | None = None) -> Document:
         """Append a document with ``key`` (as written), body ``text`` and ``metadata``.
 
         Raises:
-            RecordError: ``key`` is empty or blank (inside :meth:`record`, only this record fails).
+            RecordError: ``key`` is empty or blank, or (:class:`RecordLimitError`) the key, text or
+                metadata exceed their bounds (inside :meth:`record`, only this record fails).
+            LimitExceededError: the file's records or text exceed their bounds.
         """
         key = require_key(key, "key")
+        check_size("key", len(key), limits.MAX_KEY_CHARS, "MAX_KEY_CHARS")
+        check_size("document text", len(text), limits.MAX_DOCUMENT_CHARS, "MAX_DOCUMENT_CHARS")
         count = self._seen.get(key, 0) + 1
         self._seen[key] = count
         final_key = key if count == 1 else f"{key}~{count}"
@@ -207,6 +269,12 @@ class DocumentBuilder:
             meta[name] = value
         if self.encoding and self.encoding not in ("utf_8", "ascii"):
             meta["encoding"] = self.encoding
+        check_metadata(meta)
+        self._text_chars += len(text)
+        if self._text_chars > limits.MAX_FILE_TEXT_CHARS:
+            raise LimitExceededError(f"the file's documents hold more than {limits.MAX_FILE_TEXT_CHARS:,} characters "
+                                     "of text (MAX_FILE_TEXT_CHARS)")
+        self._check_record_count(1)
         doc = Document(doc_id=make_doc_id(self.source, final_key), text=text, metadata=meta)
         self.documents.append(doc)
         return doc

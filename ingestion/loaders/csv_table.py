@@ -11,7 +11,9 @@ turns its tail into rows of its own.
 Parsing is strict: a record whose field count differs from the header's (an unquoted
 delimiter, a stray quote), with text after a closing quote, or with a quote never closed is
 reported through ``fail`` with its first line, the lines it spans and the reason, and never
-yielded. Fields of any size are kept (the module's 128 KiB field limit is raised).
+yielded. A field may be as long as :data:`~ingestion.loaders.limits.MAX_RECORD_CHARS` (the
+module's 128 KiB default is raised to it); a longer one fails the file, since the reader cannot
+tell where the record it is in ends.
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ import re
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
-from ingestion.errors import ParseError
+from ingestion.errors import LimitExceededError, ParseError
+from ingestion.loaders import limits
 
 DELIMITERS = ",;\t|"
-#: Largest field the csv module accepts here (characters); its default is 131,072.
-FIELD_SIZE_LIMIT = 2**31 - 1
 #: Characters of the file read to choose the delimiter, and records scored at most.
 SAMPLE_CHARS = 65536
 SAMPLE_RECORDS = 200
@@ -100,8 +101,7 @@ class CsvTable:
     """
 
     def __init__(self, text: str, wanted: Collection[str] = ()) -> None:
-        if csv.field_size_limit() < FIELD_SIZE_LIMIT:
-            csv.field_size_limit(FIELD_SIZE_LIMIT)
+        csv.field_size_limit(limits.MAX_RECORD_CHARS)  # the csv module's default is 131,072
         text = text.lstrip("\ufeff")
         self.delimiter = choose_delimiter(text, wanted)
         self._reader = csv.reader(io.StringIO(text, newline=""), _dialect(self.delimiter))
@@ -110,6 +110,7 @@ class CsvTable:
         except StopIteration as exc:
             raise ParseError("empty CSV file") from exc
         except csv.Error as exc:
+            _check_field_limit(exc, 1)
             raise ParseError(f"line 1: {exc}") from exc
         self.header: list[str] = [name.strip() for name in header]
 
@@ -128,6 +129,7 @@ class CsvTable:
             except StopIteration:
                 return
             except csv.Error as exc:
+                _check_field_limit(exc, start)
                 fail(f"line {start}", f"malformed CSV row{_span(start, reader.line_num)}: {_why(exc)}")
                 if reader.line_num < start:  # the reader did not advance: nothing more can be read
                     return
@@ -141,6 +143,17 @@ class CsvTable:
                                       "or a stray quote?")
                 continue
             yield CsvRecord(start, row)
+
+
+def _check_field_limit(exc: csv.Error, line: int) -> None:
+    """Fail the file when ``exc`` is the csv module's field-size limit.
+
+    Raises:
+        LimitExceededError: a field over :data:`~ingestion.loaders.limits.MAX_RECORD_CHARS` characters.
+    """
+    if str(exc).startswith("field larger than field limit"):
+        raise LimitExceededError(f"line {line}: a field longer than {limits.MAX_RECORD_CHARS:,} characters "
+                                 "(MAX_RECORD_CHARS); not ingested") from exc
 
 
 def _span(start: int, end: int) -> str:

@@ -4,8 +4,9 @@
 ``status``, ``site`` and time fields (``created``/``date``/``timestamp``, ``updated``) are
 mapped; other keys become metadata (nested objects as JSON strings). Blank lines are
 skipped. A malformed line (invalid JSON, e.g. a truncated last line; not an object; an
-empty or blank ``id``; no string ``text``) fails alone, reported with its line number
-(see :mod:`ingestion.loaders.base`); the pipeline keeps what is stored for a file with
+empty or blank ``id``; no string ``text``; longer than :data:`~ingestion.loaders.limits.MAX_RECORD_CHARS`
+or nested deeper than :data:`~ingestion.loaders.limits.MAX_NESTING_DEPTH`) fails alone, reported
+with its line number (see :mod:`ingestion.loaders.base`); the pipeline keeps what is stored for a file with
 failed records, so a half-written export never replaces good data.
 """
 
@@ -15,11 +16,13 @@ import json
 from typing import Any
 
 from ingestion.errors import RecordError
+from ingestion.loaders import limits
 from ingestion.loaders.base import (
     DocumentBuilder,
     LoaderConfig,
     LoadResult,
     as_str_list,
+    check_size,
     clean_str,
     require_key,
     scalar_metadata,
@@ -91,9 +94,26 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
         if not line.strip():
             continue
         with builder.record(f"line {lineno}"):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordError(f"invalid JSON at column {exc.colno}: {exc.msg}") from exc
-            _add_record(builder, record, config)
+            _add_record(builder, parse_line(line), config)
     return builder.result("jsonl")
+
+
+def parse_line(line: str) -> Any:
+    """One JSON Lines line's value, within the bounds of :mod:`ingestion.loaders.limits`.
+
+    Raises:
+        RecordError: invalid JSON (e.g. a truncated line) or a number too long to convert;
+            :class:`~ingestion.errors.RecordLimitError`: the line is over ``MAX_RECORD_CHARS``
+            or nests past ``MAX_NESTING_DEPTH``.
+    """
+    check_size("line", len(line), limits.MAX_RECORD_CHARS, "MAX_RECORD_CHARS")
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"invalid JSON at column {exc.colno}: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise limits.too_deep() from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise RecordError(f"invalid JSON: {exc}") from exc
+    limits.check_depth(record)
+    return record

@@ -28,9 +28,28 @@ from ingestion.timeparse import parse_timestamp
 
 LINE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})[ T](\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)(Z|[+-]\d{2}:?\d{2})?(?:\s+|$)(.*)$")
 TAG_RE = re.compile(r"^\[([^\]]{1,32})\]")
-HEADER_RE = re.compile(r"^\s*(?:={2,}|#{1,6}|-{2,})\s*shift\b[:\s]*(?P<body>.*?)\s*(?:={2,}|-{2,})?\s*$", re.IGNORECASE)
+#: A shift header's start (``=== Shift``, ``## Shift:``, ``--- shift``); :func:`header_body` takes the rest.
+HEADER_START_RE = re.compile(r"^\s*(?:={2,}|#{1,6}|-{2,})\s*shift\b[:\s]*", re.IGNORECASE)
 _WINDOW_RE = re.compile(r"\(\s*(\d{1,2}:\d{2})\s*[-–]\s*(\d{1,2}:\d{2})\s*\)")
 _SHIFTER_RE = re.compile(r"\b(?:shifter|shift leader|operator|on[- ]duty)\s*:\s*(.+)$", re.IGNORECASE)
+
+
+def header_body(line: str) -> str | None:
+    """The text of a shift header line after ``Shift``, without a closing ``==``/``--`` run; None
+    when ``line`` is no shift header.
+
+    The same text the pattern ``(?P<body>.*?)\\s*(?:={2,}|-{2,})?\\s*$`` after the header's start
+    captures, found in linear time (that pattern backtracks cubically on a long line of spaces).
+    """
+    match = HEADER_START_RE.match(line)
+    if match is None:
+        return None
+    rest = line[match.end():].rstrip()
+    for mark in "=-":
+        trimmed = rest.rstrip(mark)
+        if len(rest) - len(trimmed) >= 2:
+            return trimmed.rstrip()
+    return rest
 
 
 def sniff(text: str, min_fraction: float = 0.5) -> bool:
@@ -38,7 +57,7 @@ def sniff(text: str, min_fraction: float = 0.5) -> bool:
     lines = [line for line in text.splitlines() if line.strip()][:200]
     if not lines:
         return False
-    hits = sum(1 for line in lines if LINE_RE.match(line) or HEADER_RE.match(line))
+    hits = sum(1 for line in lines if LINE_RE.match(line) or header_body(line) is not None)
     return hits >= max(1, int(len(lines) * min_fraction))
 
 
@@ -51,7 +70,7 @@ class _Group:
     window: str | None = None
     lines: list[str] = field(default_factory=list)
     times: list[dt.datetime] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
+    tags: set[str] = field(default_factory=set)
 
 
 def _window_key(stamp: dt.datetime, starts: list[tuple[dt.time, str]]) -> tuple[str, str]:
@@ -99,10 +118,10 @@ class _Grouper:
 
     def add(self, lineno: int, line: str) -> None:
         """Sort one non-blank line (trailing white space removed)."""
-        header = HEADER_RE.match(line)
+        header = header_body(line)
         stamped = LINE_RE.match(line)
-        if header and not stamped:
-            self._open_header(lineno, header.group("body"))
+        if header is not None and not stamped:
+            self._open_header(lineno, header)
             return
         stamp = None
         if stamped:
@@ -113,8 +132,8 @@ class _Grouper:
             group.lines.append(line)
             group.times.append(stamp)
             tag = TAG_RE.match(stamped.group(4))
-            if tag and tag.group(1) not in group.tags:
-                group.tags.append(tag.group(1))
+            if tag:
+                group.tags.add(tag.group(1))
         elif self.current is not None:
             self.current.lines.append(line)
         else:
