@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from copilot.api.openai_schemas import SamplingParams, StreamOptions, UnsupportedParameterError, Usage
-from copilot.api.schemas import Text
+from copilot.api.schemas import Bool, Int, Text
 
 
 class CompletionRequest(SamplingParams):
@@ -24,14 +24,14 @@ class CompletionRequest(SamplingParams):
     model: Text = Field(min_length=1)
     prompt: Text | list[Text] | list[int] | list[list[int]] = Field(
         description="a string or a list of strings (token-id prompts are not supported)")
-    max_tokens: int | None = Field(None, ge=1, description="answer budget (default: the server's max_new_tokens, "
+    max_tokens: Int | None = Field(None, ge=1, description="answer budget (default: the server's max_new_tokens, "
                                    "not OpenAI's 16)")
-    stream: bool | None = False
+    stream: Bool | None = False
     stream_options: StreamOptions | None = None
-    echo: bool | None = Field(False, description="the prompt is prepended to each choice's text")
-    n: int | None = Field(None, ge=1, le=128, description="only 1")
-    best_of: int | None = Field(None, ge=1, le=128, description="only 1")
-    logprobs: int | None = Field(None, ge=0, le=5, description="not supported")
+    echo: Bool | None = Field(False, description="the prompt is prepended to each choice's text")
+    n: Int | None = Field(None, ge=1, le=128, description="only 1")
+    best_of: Int | None = Field(None, ge=1, le=128, description="only 1")
+    logprobs: Int | None = Field(None, ge=0, le=5, description="not supported")
     suffix: Text | None = Field(None, description="not supported")
     user: Text | None = Field(None, description="logged with the request")
 

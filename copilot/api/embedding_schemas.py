@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from copilot.api.schemas import Text
+from copilot.api.schemas import Bool, Int, Text
 
 
 class EmbeddingRequest(BaseModel):
@@ -23,9 +23,9 @@ class EmbeddingRequest(BaseModel):
     input: Text | list[Text] | list[int] | list[list[int]] = Field(
         description="a string or up to 2048 strings (token-id input is not supported)")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes")
-    dimensions: int | None = Field(None, ge=1, description="only the model's own dimension")
+    dimensions: Int | None = Field(None, ge=1, description="only the model's own dimension")
     user: Text | None = Field(None, description="logged with the request")
-    truncate: bool = Field(False, description="OpsCopilot extension: cut over-long inputs to the model's window")
+    truncate: Bool = Field(False, description="OpsCopilot extension: cut over-long inputs to the model's window")
 
 
 class Embedding(BaseModel):

@@ -22,8 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from copilot.api.schemas import (
     SPECULATION_HELP,
+    Bool,
+    DestructiveOut,
     Filters,
+    Int,
     JSONObject,
+    Number,
     QuoteOut,
     Seed,
     SourceOut,
@@ -76,7 +80,7 @@ class StreamOptions(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    include_usage: bool = False
+    include_usage: Bool = False
 
 
 class UnsupportedParameterError(ValueError):
@@ -94,22 +98,22 @@ class SamplingParams(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    temperature: float | None = Field(None, ge=0.0, le=2.0, description="default 0: greedy, exact")
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1, description="sampling top-k, as vLLM (0 or -1 = off); the number of "
+    temperature: Number | None = Field(None, ge=0.0, le=2.0, description="default 0: greedy, exact")
+    top_p: Number | None = Field(None, gt=0.0, le=1.0)
+    top_k: Int | None = Field(None, ge=-1, description="sampling top-k, as vLLM (0 or -1 = off); the number of "
                               "sources is max_sources")
     seed: Seed | None = None
     stop: Text | list[Text] | None = Field(None, description="up to 4 stop strings")
-    logit_bias: dict[Text, float] | None = Field(None, description="{token id: bias in [-100, 100]}")
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0, description="CTRL repetition penalty (1 = off)")
-    no_repeat_ngram_size: int | None = Field(None, ge=0, le=64)
-    min_new_tokens: int | None = Field(None, ge=0)
-    bad_words_ids: list[list[Annotated[int, Field(ge=0)]]] | None = Field(None, max_length=1024)
-    suppress_tokens: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=4096)
+    logit_bias: dict[Text, Number] | None = Field(None, description="{token id: bias in [-100, 100]}")
+    frequency_penalty: Number | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: Number | None = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: Number | None = Field(None, gt=0.0, le=10.0, description="CTRL repetition penalty (1 = off)")
+    no_repeat_ngram_size: Int | None = Field(None, ge=0, le=64)
+    min_new_tokens: Int | None = Field(None, ge=0)
+    bad_words_ids: list[list[Annotated[Int, Field(ge=0)]]] | None = Field(None, max_length=1024)
+    suppress_tokens: list[Annotated[Int, Field(ge=0)]] | None = Field(None, max_length=4096)
     speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
-    num_speculative_tokens: int | None = Field(None, ge=1, le=16,
+    num_speculative_tokens: Int | None = Field(None, ge=1, le=16,
                                                description="γ ceiling per round (default: settings)")
 
     @field_validator("stop")
@@ -160,17 +164,17 @@ class ChatCompletionRequest(SamplingParams):
 
     model: Text = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1, max_length=100)
-    stream: bool | None = False
+    stream: Bool | None = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1, description="deprecated OpenAI name of max_completion_tokens")
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: Int | None = Field(None, ge=1, description="deprecated OpenAI name of max_completion_tokens")
+    max_completion_tokens: Int | None = Field(None, ge=1)
     # OpenAI parameters refused unless at their default (see unsupported())
-    n: int | None = Field(None, ge=1, le=128, description="only 1 choice is supported")
-    logprobs: bool | None = Field(None, description="not supported (only false)")
-    top_logprobs: int | None = Field(None, ge=0, le=20, description="not supported")
+    n: Int | None = Field(None, ge=1, le=128, description="only 1 choice is supported")
+    logprobs: Bool | None = Field(None, description="not supported (only false)")
+    top_logprobs: Int | None = Field(None, ge=0, le=20, description="not supported")
     tools: list[JSONObject] | None = Field(None, description="accepted; no tool is ever called")
     tool_choice: Text | JSONObject | None = Field(None, description="only 'none' or 'auto' (never calls a tool)")
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: Bool | None = None
     functions: list[JSONObject] | None = Field(None, description="accepted (deprecated tools); never called")
     function_call: Text | JSONObject | None = Field(None, description="only 'none' or 'auto'")
     response_format: JSONObject | None = Field(None, description="only {\"type\": \"text\"}")
@@ -178,14 +182,14 @@ class ChatCompletionRequest(SamplingParams):
     audio: JSONObject | None = Field(None, description="not supported")
     web_search_options: JSONObject | None = Field(None, description="not supported")
     reasoning_effort: Text | None = Field(None, description="not supported (not a reasoning model)")
-    store: bool | None = Field(None, description="only false (completions are not stored)")
+    store: Bool | None = Field(None, description="only false (completions are not stored)")
     # OpenAI parameters without effect on an answer (logged with the request)
     user: Text | None = Field(None, description="logged with the request")
     metadata: dict[Text, Text] | None = Field(None, description="logged with the request")
     service_tier: Text | None = None
     # OpsCopilot extensions
-    max_sources: int | None = Field(None, ge=1, le=100, description="source documents to retrieve and show")
-    use_context: bool = Field(True, description="false: no retrieval; the model answers the messages as sent")
+    max_sources: Int | None = Field(None, ge=1, le=100, description="source documents to retrieve and show")
+    use_context: Bool = Field(True, description="false: no retrieval; the model answers the messages as sent")
     filters: Filters | None = None
 
     @field_validator("messages")
@@ -276,6 +280,8 @@ class ChatCompletion(BaseModel):
     unverified: list[UnverifiedOut] = Field(default_factory=list, description="OpsCopilot extension: literals of "
                                             "the answer found in no source")
     not_found: bool = Field(False, description="OpsCopilot extension: the sources do not answer the question")
+    destructive: list[DestructiveOut] = Field(default_factory=list, description="OpsCopilot extension: "
+                                              "destructive commands in the answer")
     stats: dict[str, Any] = Field(description="OpsCopilot extension: decoding statistics")
 
 
@@ -293,7 +299,7 @@ class ChunkChoice(BaseModel):
 
 class ChatCompletionChunk(BaseModel):
     """One streamed event; the chunk with ``finish_reason`` also carries ``sources``, ``quotes``,
-    ``unverified``, ``not_found`` and ``stats``;
+    ``unverified``, ``not_found``, ``destructive`` and ``stats``;
     with ``stream_options.include_usage`` a last chunk has empty ``choices`` and the ``usage``."""
 
     id: str
@@ -307,6 +313,7 @@ class ChatCompletionChunk(BaseModel):
     quotes: list[QuoteOut] | None = None
     unverified: list[UnverifiedOut] | None = None
     not_found: bool | None = None
+    destructive: list[DestructiveOut] | None = None
     stats: dict[str, Any] | None = None
 
 

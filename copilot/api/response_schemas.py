@@ -13,7 +13,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from copilot.api.openai_schemas import ChatCompletionRequest, UnsupportedParameterError, tool_use_refused
-from copilot.api.schemas import Filters, JSONObject, QuoteOut, SourceOut, Text, UnverifiedOut
+from copilot.api.schemas import (
+    Bool,
+    DestructiveOut,
+    Filters,
+    Int,
+    JSONObject,
+    Number,
+    QuoteOut,
+    SourceOut,
+    Text,
+    UnverifiedOut,
+)
 
 
 class InputText(BaseModel):
@@ -57,22 +68,22 @@ class ResponseRequest(BaseModel):
     model: Text = Field(min_length=1)
     input: Text | list[InputItem] = Field(description="the question, or messages whose last is the user's")
     instructions: Text | None = Field(None, description="added to OpsCopilot's instructions")
-    max_output_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    stream: bool | None = False
+    max_output_tokens: Int | None = Field(None, ge=1)
+    temperature: Number | None = Field(None, ge=0.0, le=2.0)
+    top_p: Number | None = Field(None, gt=0.0, le=1.0)
+    stream: Bool | None = False
     tools: list[JSONObject] | None = Field(None, description="accepted; no tool is ever called")
     tool_choice: Text | JSONObject | None = Field(None, description="only 'none' or 'auto'")
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: Bool | None = None
     previous_response_id: Text | None = Field(None, description="not supported (nothing is stored)")
     reasoning: JSONObject | None = Field(None, description="not supported (not a reasoning model)")
     text: JSONObject | None = Field(None, description="only {\"format\": {\"type\": \"text\"}}")
-    store: bool | None = Field(None, description="ignored: nothing is stored (the response says store: false)")
+    store: Bool | None = Field(None, description="ignored: nothing is stored (the response says store: false)")
     metadata: dict[Text, Text] | None = None
     user: Text | None = None
     # OpsCopilot extensions
-    max_sources: int | None = Field(None, ge=1, le=100)
-    use_context: bool = True
+    max_sources: Int | None = Field(None, ge=1, le=100)
+    use_context: Bool = True
     filters: Filters | None = None
 
     def unsupported(self) -> UnsupportedParameterError | None:
@@ -157,4 +168,6 @@ class ResponseObject(BaseModel):
     quotes: list[QuoteOut] = Field(default_factory=list, description="OpsCopilot extension")
     unverified: list[UnverifiedOut] = Field(default_factory=list, description="OpsCopilot extension")
     not_found: bool = Field(False, description="OpsCopilot extension")
+    destructive: list[DestructiveOut] = Field(default_factory=list, description="OpsCopilot extension: "
+                                              "destructive commands in the answer")
     stats: dict[str, Any] = Field(default_factory=dict, description="OpsCopilot extension: decoding statistics")

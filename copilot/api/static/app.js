@@ -46,6 +46,7 @@ const state = {
   serverCited: null,     // Set of n the server says are cited (done.cited / source.cited), if it said
   quotes: [],            // done.quotes: literals found in a source (answer offsets, source n, evidence line)
   unverified: [],        // done.unverified: literals found in no source
+  destructive: [],       // done.destructive: destructive commands in the answer
   notFound: false,       // done.not_found: the sources do not answer the question
   finished: null,        // the exchange once done: kept in the conversation when the next question is asked
   streaming: false,
@@ -145,6 +146,11 @@ function renderAnswer() {
   if (done && flagged.length) {
     nodes.push(h("p", { className: "unverified-list" }, "Not in the sources — check before running: ",
       ...flagged.flatMap((l, i) => [i ? ", " : "", h("code", {}, l)])));
+  }
+  const wipes = [...new Set(state.destructive.map((d) => String(d.command)))];
+  if (done && wipes.length) {
+    nodes.push(h("p", { className: "destructive-list", role: "alert" }, "⚠ Destructive command in the answer — do not run: ",
+      ...wipes.flatMap((c, i) => [i ? ", " : "", h("code", {}, c)])));
   }
   if (state.streaming) nodes.push(h("span", { className: "caret", "aria-hidden": "true" }));
   else if (!state.answer && !state.failed) nodes.push(h("span", { className: "placeholder" }, "(The model gave no answer.)"));
@@ -257,7 +263,7 @@ function setBusy(busy) {
 function beginExchange(question, settings) {
   if (state.finished) conversation.add(state.finished);
   Object.assign(state, { question, settings, history: conversation.messages(), answer: "", sources: new Map(),
-    serverCited: null, quotes: [], unverified: [], notFound: false, finished: null, streaming: true, failed: false });
+    serverCited: null, quotes: [], unverified: [], destructive: [], notFound: false, finished: null, streaming: true, failed: false });
   ui.asked.replaceChildren(h("span", { className: "who" }, "You"), question);
   ui.asked.hidden = false;
   ui.feedback.replaceChildren();
@@ -277,6 +283,7 @@ function handleDone(payload) {
   state.quotes = Array.isArray(payload.quotes) ? payload.quotes.filter((q) => q && typeof q === "object") : [];
   state.unverified = Array.isArray(payload.unverified) ? payload.unverified.filter((u) => u && typeof u === "object") : [];
   state.notFound = payload.not_found === true;
+  state.destructive = Array.isArray(payload.destructive) ? payload.destructive.filter((d) => d && d.command) : [];
   renderAnswer();
   ui.stats.textContent = statsText(payload.stats);
   state.finished = finishedExchange();
@@ -372,7 +379,7 @@ function newConversation() {
   if (state.controller) state.controller.abort(NEW_CONVERSATION);
   conversation.clear();
   Object.assign(state, { question: "", settings: {}, history: [], answer: "", sources: new Map(), serverCited: null,
-    quotes: [], unverified: [], notFound: false, finished: null, streaming: false, failed: false });
+    quotes: [], unverified: [], destructive: [], notFound: false, finished: null, streaming: false, failed: false });
   clearError();
   ui.asked.hidden = true;
   ui.asked.replaceChildren();

@@ -18,9 +18,17 @@ export function highlightsOf(s) {
   return Array.isArray(s.highlights) ? s.highlights.filter((line) => typeof line === "string" && line.trim()) : [];
 }
 
-function evidenceLine(n, i, line) {
-  return h("li", { id: `source-${n}-line-${i}` }, h("span", { className: "line-text" }, line),
-    copyButton(line, `evidence line ${i + 1} of source ${n}`));
+// The reasons the server marked evidence line `i` of `s` as holding a destructive command.
+function destructiveReasons(s, i) {
+  const marks = Array.isArray(s.destructive) ? s.destructive : [];
+  return marks.filter((m) => m && m.highlight === i).map((m) => `${m.command}: ${m.reason}`);
+}
+
+function evidenceLine(n, i, line, reasons = []) {
+  const badge = reasons.length > 0 && h("span", { className: "destructive-badge", title: reasons.join("\n") },
+    "⚠ destructive command — do not run");
+  return h("li", { id: `source-${n}-line-${i}`, className: reasons.length ? "destructive" : "" }, badge,
+    h("span", { className: "line-text" }, line), copyButton(line, `evidence line ${i + 1} of source ${n}`));
 }
 
 export function sourceCard(s) {
@@ -38,7 +46,7 @@ export function sourceCard(s) {
 
   const highlights = highlightsOf(s);
   const body = highlights.length
-    ? h("ul", { className: "highlights", "aria-label": "Matching lines" }, ...highlights.map((l, i) => evidenceLine(n, i, l)))
+    ? h("ul", { className: "highlights", "aria-label": "Matching lines" }, ...highlights.map((l, i) => evidenceLine(n, i, l, destructiveReasons(s, i))))
     : h("p", { className: "snippet" }, s.snippet || "");
 
   const href = documentHref(s);
