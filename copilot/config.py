@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -21,6 +21,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from copilot.access import KeyRing, KeysFile, load_keys_file
 from copilot.grounding import MIN_SUPPORT
 from decoding.config import DEFAULT_MAX_NEW_TOKENS
 from decoding.drafter import DraftingMode
@@ -71,7 +72,7 @@ class Settings(BaseSettings):
     max_ngram: int = Field(4, ge=1, le=16)
     min_ngram: int = Field(1, ge=1, le=16)
     answer_history: int = Field(32, ge=0, le=512, description="recent answers the n-gram drafter also drafts from "
-                                "(0 = none; answers are shared across users)")
+                                "(0 = none; answers are shared by the users of one access scope)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's)")
     loop_stop: bool = Field(True, description="end an answer that starts repeating itself (finish_reason "
                             "'repetition'), cut before the repeats")
@@ -99,6 +100,9 @@ class Settings(BaseSettings):
     port: int = 8000
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Bearer keys (comma-separated in the environment); empty = no auth")
+    keys_file: Path | None = Field(None, description="TOML or YAML file of API keys with scopes (name, key or "
+                                   "key_sha256, doc_types, sources, ingest, delete; an optional public scope): "
+                                   "see copilot.access; api_keys stay full-access keys")
     require_key_for_ask: bool = Field(False, description="ask and chat need a key even with public_reads")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="JSON request body limit (bytes)")
     max_upload_bytes: int = Field(50_000_000, ge=1024, description="multipart ingest upload limit (bytes)")
@@ -107,8 +111,8 @@ class Settings(BaseSettings):
     queue_size: int = Field(8, ge=1, description="requests waiting for admission to the decoding batch")
     max_batch: int = Field(8, ge=1, le=64, description="questions decoded together in one batch (1 = one at a time)")
     heartbeat_s: float = Field(5.0, gt=0, le=60, description="SSE comment sent this often while a stream waits (s)")
-    replica_id: str | None = Field(None, description="names this API replica as the owner of its ingest jobs; keep "
-                                   "it stable across restarts (default: host name:port)")
+    replica_id: str | None = Field(None, description="names this API replica as the owner of its ingest jobs; "
+                                   "must differ between live replicas (default: host name:bound port/pid)")
     job_lease_s: float = Field(30.0, ge=1, le=3600, description="an ingest job whose replica sent no heartbeat for "
                                "this long (s) is marked interrupted")
     retry_after_s: int = Field(5, ge=1, le=3600, description="minimum Retry-After hint when the queue is full (s)")
@@ -134,6 +138,22 @@ class Settings(BaseSettings):
         if "top_k" in given or "COPILOT_TOP_K" in os.environ:
             raise ValueError("the top_k setting (COPILOT_TOP_K) was renamed max_sources (COPILOT_MAX_SOURCES)")
         return data
+
+    _keys: KeysFile | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _load_keys(self) -> "Settings":
+        """Read the keys file once, here: a bad one (or one repeating a flat key) stops start-up
+        naming the file and the field."""
+        if self.keys_file is not None:
+            self._keys = load_keys_file(self.keys_file)
+            KeyRing.build([k.get_secret_value() for k in self.api_keys], self._keys)
+        return self
+
+    @property
+    def keys(self) -> KeysFile | None:
+        """The keys file's keys and public scope (None without ``keys_file``)."""
+        return self._keys
 
     @model_validator(mode="after")
     def _resolve_target(self) -> "Settings":

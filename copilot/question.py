@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from copilot.access import FULL_ACCESS, Access
 from copilot.prompting import ChatTurn
 from decoding import GenerationConfig
 from decoding.logits import LogitsSettings
@@ -34,7 +35,10 @@ class Question:
             tokens (within ``max_new_tokens_cap``), ``config.top_k`` sampling top-k.
         max_sources: source documents to retrieve and show (``rag`` only).
         mode: see :data:`Mode`.
-        flt: retrieval filter (document type, dates, source).
+        flt: retrieval filter (document type, dates, source) as the user gave it.
+        access: what the caller may read: retrieval is narrowed to it
+            (:meth:`copilot.access.Access.restrict`), and ``config.history_partition`` is its
+            :attr:`~copilot.access.Access.partition`.
         history: earlier turns, oldest first.
         instructions: the client's system message(s), added after OpsCopilot's own
             instructions (``rag``) or sent as the system message (``chat``); counted in the
@@ -55,6 +59,7 @@ class Question:
     instructions: str = ""
     prompt_budget: int = 2048
     logits: LogitsSettings | None = None
+    access: Access = FULL_ACCESS
 
     @property
     def retrieves(self) -> bool:

@@ -37,7 +37,7 @@ number ("message 12", "MID 12", "entry #12") puts that document's chunks first.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ingestion.documents import Chunk, SearchFilter
@@ -162,9 +162,12 @@ class HybridRetriever:
         Args:
             question: free text.
             k: passages (chunks) wanted (>= 1); more than the collection holds is fine.
-            flt: metadata filter applied to both retrievers.
+            flt: metadata filter applied in both retrievers' stores (so the ``k`` are ``k`` that
+                pass it; an access scope's restriction among them); ``match_none``: no passages.
             mode: ``"hybrid"``, ``"dense"`` or ``"bm25"``.
         """
+        if flt is not None and flt.match_none:
+            return []
         n = max(self.candidates, k)
         chunks: dict[str, Chunk] = {}
         rankings: list[list[str]] = []
@@ -188,10 +191,10 @@ class HybridRetriever:
 
     def _boost_named(self, question: str, flt: SearchFilter | None, chunks: dict[str, Chunk],
                      scores: dict[str, float]) -> None:
-        """Put the chunks of documents the question names by key above every fused score."""
+        """Put the chunks of documents the question names by key (and ``flt`` passes) above every fused score."""
         base = flt or SearchFilter()
         for rank, key in enumerate(named_keys(question)):
-            keyed = SearchFilter(base.doc_types, base.source, key, base.since_ts, base.until_ts)
+            keyed = replace(base, ticket_key=key)  # every other restriction (an access scope's too) kept
             hits = self.store.lexical_search(question, self.candidates, keyed) or \
                 self.store.dense_search(question, self.candidates, keyed)
             for i, h in enumerate(hits):

@@ -11,6 +11,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from copilot.access import FULL_ACCESS, Access
 from copilot.citations import CitationFilter, cited_numbers
 from copilot.config import Settings
 from copilot.grounding import DocumentText, Grounding, assess, entity_order, not_found_answer, question_entities
@@ -319,11 +320,12 @@ class CopilotService:
 
     def question(self, text: str, *, mode: Mode = "rag", max_sources: int | None = None,
                  flt: SearchFilter | None = None, history: Sequence[ChatTurn] = (), instructions: str = "",
-                 max_new_tokens: int | None = None, **generation) -> Question:
+                 max_new_tokens: int | None = None, access: Access = FULL_ACCESS, **generation) -> Question:
         """Check a request and resolve its defaults, once (no retrieval yet).
 
         Args:
             text: the question; for ``mode="completion"`` the whole prompt.
+            access: what the caller may read (retrieval and the answer-history partition).
             max_sources: source documents to show (default: the ``max_sources`` setting, else
                 the prompt style's).
             max_new_tokens, generation: as :meth:`generation_config`.
@@ -338,11 +340,11 @@ class CopilotService:
         if self.engine is None:
             raise RuntimeError("no target model is loaded")
         text = self._clean(text, mode)
-        config = self.generation_config(max_new_tokens, **generation)
+        config = self.generation_config(max_new_tokens, history_partition=access.partition, **generation)
         # the RAG prompt has its own budget; a prompt the client wrote may fill the context window
         budget = self.prompt_budget(config) if mode == "rag" else self.context_length - config.max_new_tokens
         question = Question(text, config, max_sources or self.max_sources, mode, flt, tuple(history),
-                            instructions.strip(), budget, self.engine.resolve(config))
+                            instructions.strip(), budget, self.engine.resolve(config), access)
         tokenizer = self.engine.target.tokenizer
         if mode == "rag":
             needed = bare_prompt_tokens(tokenizer, text, self.style, question.instructions)
@@ -372,8 +374,10 @@ class CopilotService:
         return chat_prompt(tokenizer, question.text, question.prompt_budget, list(question.history),
                            question.instructions)
 
-    def search(self, question: str, max_sources: int | None = None, flt: SearchFilter | None = None) -> list[Source]:
-        """The ``max_sources`` best documents for ``question`` with their evidence lines (no model call).
+    def search(self, question: str, max_sources: int | None = None, flt: SearchFilter | None = None,
+               access: Access = FULL_ACCESS) -> list[Source]:
+        """The ``max_sources`` best documents for ``question`` that ``access`` may read and ``flt``
+        passes (filtered in the stores), with their evidence lines (no model call).
 
         Documents holding every entity the question names (host, ticket, error code, day:
         :mod:`copilot.grounding`) come before near-duplicates that lack one; with ``max_sources`` >= 2
@@ -387,14 +391,14 @@ class CopilotService:
         n = max_sources or self.max_sources
         # documents have several chunks: fetch passages for 4 chunks per source, keep 3x the
         # documents as candidates for the entity check to reorder, then take n of them
-        passages = self.retriever.retrieve(question, max(self.retriever.candidates, 4 * n), flt)
+        passages = self.retriever.retrieve(question, max(self.retriever.candidates, 4 * n), access.restrict(flt))
         candidates = group_by_document(passages, max(3 * n, n + 6))
         entities = question_entities(question)
         if entities:
             docs = [self._document_text(c) for c in candidates]
             candidates = [candidates[i] for i in entity_order(docs, entities)]
         chosen = candidates[:n]
-        linked = self._linked(chosen, flt) if n >= 2 else []
+        linked = self._linked(chosen, flt, access) if n >= 2 else []
         chosen = chosen[:n - len(linked)] + linked
         chosen = [replace(c, n=i + 1) for i, c in enumerate(chosen)]
         return with_highlights(question, chosen, self.store.embedder)
@@ -405,9 +409,9 @@ class CopilotService:
         created = source.metadata.get("created")
         return DocumentText(source.doc_id, "\n".join(c.text for c in chunks), (str(created),) if created else ())
 
-    def _linked(self, chosen: list[Source], flt: SearchFilter | None) -> list[Source]:
+    def _linked(self, chosen: list[Source], flt: SearchFilter | None, access: Access) -> list[Source]:
         """The ELOG parent (or first reply) of the best source as a source, when not already
-        chosen and no filter is set (at most one; numbered later)."""
+        chosen, no filter is set and ``access`` may read it (at most one; numbered later)."""
         if not chosen or flt is not None and flt != SearchFilter():
             return []
         meta = chosen[0].metadata
@@ -419,7 +423,7 @@ class CopilotService:
         for doc_id in linked:
             if doc_id and doc_id not in have:
                 chunks = self.store.get_document_chunks(doc_id)
-                if chunks:
+                if chunks and access.allows(chunks[0].metadata):
                     return [Source(len(chosen) + 1, tuple(Passage(0, c, 0.0) for c in chunks[:2]))]
         return []
 
@@ -434,7 +438,7 @@ class CopilotService:
         t0 = time.perf_counter()
         if not question.retrieves:
             return Prepared(question, self._unretrieved_prompt(question), (time.perf_counter() - t0) * 1000)
-        sources = self.search(question.text, question.max_sources, question.flt)
+        sources = self.search(question.text, question.max_sources, question.flt, question.access)
         prompt = build_prompt(self.engine.target.tokenizer, question.text, sources, question.prompt_budget,
                               list(question.history), self.style, question.instructions)
         grounding = self.ground(question.text, prompt.sources)

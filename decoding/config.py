@@ -90,6 +90,10 @@ class GenerationConfig:
         frequency_penalty, presence_penalty: OpenAI penalties in [-2, 2]: the logit of token
             j drops by ``c[j] * frequency_penalty + (c[j] > 0) * presence_penalty``, c[j] = its
             count in the output so far (the prompt is not counted).
+        history_partition: the part of the engine's answer history this request drafts from
+            and adds its answer to (:class:`decoding.ngram_drafter.AnswerHistory`): requests of
+            one access scope share one; ``""`` (the default) is the shared one. Drafting only:
+            the output is the same whatever it is.
     """
 
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
@@ -112,9 +116,12 @@ class GenerationConfig:
     logit_bias: tuple[tuple[int, float], ...] | None = None
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    history_partition: str = ""
 
     def __post_init__(self) -> None:
         self._check_logits_settings()
+        if not isinstance(self.history_partition, str):
+            raise TypeError(f"history_partition must be a string, got {self.history_partition!r}")
         if isinstance(self.stop_strings, str) or not all(isinstance(s, str) for s in self.stop_strings):
             raise TypeError(f"stop_strings must be a sequence of strings, got {self.stop_strings!r}")
         if self.eos_token_ids is not None and (not isinstance(self.eos_token_ids, (tuple, list))

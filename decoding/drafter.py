@@ -96,6 +96,8 @@ class DraftRequest:
             front (tokens: the answer budget, capped, plus γ); it regrows past them.
         prefill_draft: a draft model with a KV cache of its own runs over the prompt now,
             so that its first proposal is cheap (the engine decides whether that pays).
+        history_partition: the answer-history partition it may draft from
+            (:attr:`decoding.config.GenerationConfig.history_partition`).
     """
 
     prompt_ids: list[int]
@@ -105,6 +107,7 @@ class DraftRequest:
     reproducible: bool = False
     output_reserve: int = 0
     prefill_draft: bool = False
+    history_partition: str = ""
 
 
 @dataclass(frozen=True)

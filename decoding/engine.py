@@ -84,8 +84,10 @@ class SpeculativeEngine:
 
     The engine keeps, for all its requests, one :class:`AcceptanceTable` (acceptance
     measured on earlier answers sets the policy's expectations for the next one) and one
-    :class:`AnswerHistory` (earlier answers are a drafting source). Seeded sampling uses
-    neither, so that a seed reproduces its sample. Thread-safe: rounds take the engine's lock.
+    :class:`AnswerHistory` (earlier answers are a drafting source, partitioned by
+    ``GenerationConfig.history_partition`` so that an answer is drafted from only for
+    requests of its own access scope). Seeded sampling uses neither, so that a seed
+    reproduces its sample. Thread-safe: rounds take the engine's lock.
 
     Raises:
         VocabularyMismatchError: the draft's vocabulary differs from the target's.
@@ -276,8 +278,9 @@ class SpeculativeEngine:
         return self.pass_costs.cost_model(context_tokens, len(self.costs.verify_ms), self.costs.draft_step_ms,
                                           self.costs.draft_feed_ms)
 
-    def remember(self, prompt: list[int], output: list[int]) -> None:
-        """Book a finished answer: a drafting source for later requests and the typical
-        answer length (a moving average, tokens) that prices a draft model's prefill."""
-        self.history.add(prompt, output)
+    def remember(self, prompt: list[int], output: list[int], partition: str = "") -> None:
+        """Book a finished answer: a drafting source for later requests of the same history
+        ``partition`` (access scope) and the typical answer length (a moving average, tokens)
+        that prices a draft model's prefill."""
+        self.history.add(prompt, output, partition)
         self.typical_answer_tokens = 0.8 * self.typical_answer_tokens + 0.2 * len(output)

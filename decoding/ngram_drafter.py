@@ -4,8 +4,8 @@ Prompt lookup decoding (Saxena 2023) and LLMA (Yang et al. 2023, arXiv:2304.0448
 find the longest suffix of the committed sequence that also occurs in a reference
 text, and propose the tokens that followed it there. Our index covers the retrieved
 passages (also those that did not fit into the prompt), the prompt, the output so
-far and the engine's earlier answers; appending a committed token costs O(max_ngram)
-dictionary updates.
+far and the engine's earlier answers (those of the request's own history partition);
+appending a committed token costs O(max_ngram) dictionary updates.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ class NGramDrafter:
         max_ngram: longest suffix tried first (tokens).
         min_ngram: shortest suffix accepted (tokens, >= 1).
         max_occurrences: occurrences kept per n-gram and source priority (most recent).
-        history: the engine's earlier answers (answers to this very prompt are skipped;
-            unused for a reproducible request); ``None`` = none.
+        history: the engine's earlier answers, of the request's history partition only
+            (answers to this very prompt are skipped; unused for a reproducible request);
+            ``None`` = none.
         long_match: match lengths (tokens) from which matches share one acceptance state.
 
     Tie-break among occurrences of the matched n-gram: source priority (output >
@@ -110,6 +111,7 @@ class NGramDrafter:
         self.history = history
         self._history = history  # this request's (none for a seeded sample)
         self._prompt_key = 0
+        self._partition = ""  # this request's answer-history partition
         self._stream: list[int] = []  # prompt + output
         # ((output length, after), (max_tokens, draft)) of the last lookup: offer then propose look up once
         self._last: tuple[tuple[int, tuple[int, ...]], tuple[int, Draft]] | None = None
@@ -121,6 +123,7 @@ class NGramDrafter:
         self._stream = [int(t) for t in request.prompt_ids]
         self._prompt_key = prompt_key(self._stream)
         self._history = None if request.reproducible else self.history
+        self._partition = request.history_partition
         self._last = None
         # Worst-ranked passage first so the best-ranked one is the most recent on ties.
         for ctx in reversed([list(c) for c in request.contexts if len(c) > 0]):
@@ -171,7 +174,7 @@ class NGramDrafter:
             occurrences = [o for p in (PRIORITY_OUTPUT, PRIORITY_PASSAGE, PRIORITY_PROMPT)
                            for o in self._index.get(key, p)]
             if self._history is not None:  # ranked between the passages and the prompt
-                occurrences += self._history.occurrences(key, self._prompt_key)
+                occurrences += self._history.occurrences(key, self._prompt_key, self._partition)
             usable = [o for o in occurrences if o.continuation < len(o.source)]
             if not usable:
                 continue
@@ -197,7 +200,8 @@ def prompt_key(prompt_ids: Sequence[int]) -> int:
 
 
 class AnswerHistory:
-    """The engine's recent answers, indexed once and shared by every request's n-gram drafter.
+    """The engine's recent answers, indexed once and shared by the n-gram drafters of every
+    request of one history partition (one access scope).
 
     Answers over one corpus repeat their phrasing (citations, log-entry formats, the
     model's stock sentences); drafting from earlier outputs is the idea of SuffixDecoding
@@ -210,44 +214,67 @@ class AnswerHistory:
 
     Args:
         max_ngram, min_ngram: must equal the drafter's (tokens).
-        max_answers: answers kept: the most recent ``max_answers`` to ``2 · max_answers``;
-            0 keeps none.
+        max_answers: answers kept per partition: the most recent ``max_answers`` to
+            ``2 · max_answers``; 0 keeps none.
         max_answer_tokens: tokens kept per answer (its beginning).
+        max_partitions: partitions kept; adding to a new one beyond it drops the partition
+            least recently added to.
+        max_occurrences: occurrences kept per n-gram in each index (the most recent).
 
-    Two generations of index: answers go into the newer one; when it holds
+    Partitions: an answer is added to its request's partition and drafted from only by
+    requests of the same partition, so an answer given to one access scope is never a
+    drafting source (nor, through timing, a hint) for a request of another. The server
+    names the partition after the caller's read scope (:attr:`copilot.access.Access.partition`).
+
+    Two generations of index per partition: answers go into the newer one; when it holds
     ``max_answers``, the older one is dropped whole. Adding an answer therefore costs
-    O(max_answer_tokens · max_ngram), with no rebuild. At the defaults the index holds at
+    O(max_answer_tokens · max_ngram), with no rebuild. At the defaults a partition holds at
     most ~33k occurrences (~30 MB for random tokens, less for text).
 
-    Answers are shared across users: where users must not learn about each other's
-    questions (even through timing), set ``max_answers`` to 0.
+    Within a partition answers are shared across users: where they must not learn about each
+    other's questions (even through timing), set ``max_answers`` to 0.
     """
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1, max_answers: int = 32,
-                 max_answer_tokens: int = 128) -> None:
-        if max_answers < 0 or max_answer_tokens < 1:
-            raise ValueError(f"need max_answers >= 0 and max_answer_tokens >= 1, got {max_answers}, "
-                             f"{max_answer_tokens}")
+                 max_answer_tokens: int = 128, max_partitions: int = 16, max_occurrences: int = 8) -> None:
+        if max_answers < 0 or max_answer_tokens < 1 or max_partitions < 1:
+            raise ValueError(f"need max_answers >= 0, max_answer_tokens >= 1 and max_partitions >= 1, got "
+                             f"{max_answers}, {max_answer_tokens}, {max_partitions}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.max_answers, self.max_answer_tokens = max_answers, max_answer_tokens
-        self._generations = [NGramIndex(max_ngram, min_ngram)]  # older first, at most two
-        self._counts = [0]  # answers per generation
+        self.max_partitions, self.max_occurrences = max_partitions, max_occurrences
+        # partition -> (index generations, older first, at most two; answers per generation);
+        # insertion order = least recently added to first
+        self._partitions: dict[str, tuple[list[NGramIndex], list[int]]] = {}
 
     def __len__(self) -> int:
-        return sum(self._counts)
+        return sum(sum(counts) for _, counts in self._partitions.values())
 
-    def add(self, prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> None:
-        """Remember an answer (token ids) to a prompt (token ids)."""
+    def add(self, prompt_ids: Sequence[int], answer_ids: Sequence[int], partition: str = "") -> None:
+        """Remember an answer (token ids) to a prompt (token ids) in ``partition``."""
         answer = tuple(int(t) for t in answer_ids[: self.max_answer_tokens])
         if not answer or self.max_answers == 0:
             return
-        if self._counts[-1] == self.max_answers:  # the newer generation is full: drop the older
-            newest = self._generations[-1]
-            self._generations = [newest, NGramIndex(self.max_ngram, self.min_ngram, first_order=newest.next_order)]
-            self._counts = [self._counts[-1], 0]
-        self._generations[-1].add_source(answer, PRIORITY_HISTORY, prompt_key(prompt_ids))
-        self._counts[-1] += 1
+        generations, counts = self._partitions.pop(partition, ([self._index()], [0]))
+        if len(self._partitions) >= self.max_partitions:
+            del self._partitions[next(iter(self._partitions))]
+        self._partitions[partition] = (generations, counts)  # now the most recently added to
+        if counts[-1] == self.max_answers:  # the newer generation is full: drop the older
+            newest = generations[-1]
+            generations[:] = [newest, self._index(newest.next_order)]
+            counts[:] = [counts[-1], 0]
+        generations[-1].add_source(answer, PRIORITY_HISTORY, prompt_key(prompt_ids))
+        counts[-1] += 1
 
-    def occurrences(self, ngram: tuple[int, ...], skip_prompt: int) -> list[Occurrence]:
-        """Occurrences of ``ngram`` in answers to prompts other than ``skip_prompt`` (a :func:`prompt_key`)."""
-        return [o for index in self._generations for o in index.get(ngram, PRIORITY_HISTORY) if o.origin != skip_prompt]
+    def partitions(self) -> list[str]:
+        """The partitions holding answers, least recently added to first."""
+        return list(self._partitions)
+
+    def _index(self, first_order: int = 0) -> NGramIndex:
+        return NGramIndex(self.max_ngram, self.min_ngram, self.max_occurrences, first_order)
+
+    def occurrences(self, ngram: tuple[int, ...], skip_prompt: int, partition: str = "") -> list[Occurrence]:
+        """Occurrences of ``ngram`` in ``partition``'s answers to prompts other than ``skip_prompt``
+        (a :func:`prompt_key`)."""
+        generations, _ = self._partitions.get(partition, ((), ()))
+        return [o for index in generations for o in index.get(ngram, PRIORITY_HISTORY) if o.origin != skip_prompt]

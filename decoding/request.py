@@ -141,8 +141,7 @@ class RequestState:
         self.budget = min(config.max_new_tokens, target.max_positions - len(prompt))
         self.stop = StopChecker(target.tokenizer, frozenset(eos), tuple(config.stop_strings), self.budget,
                                 config.loop_span)
-        holdback = max((len(s) for s in config.stop_strings), default=1) - 1
-        self.detok = IncrementalDetokenizer(target.tokenizer, holdback=holdback)
+        self.detok = IncrementalDetokenizer(target.tokenizer, tuple(config.stop_strings))
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.settings = settings if settings is not None else effective_settings(
             config, target.generation_defaults, target.model.config.vocab_size)
@@ -220,7 +219,7 @@ class RequestState:
         prefill_draft = self._prefill_draft()
         request = DraftRequest(self.prompt, self.contexts, self.cache, self.sampling, reproducible=self.seeded,
                                output_reserve=min(self.budget, KV_OUTPUT_PREALLOC) + self.config.num_speculative_tokens,
-                               prefill_draft=prefill_draft)
+                               prefill_draft=prefill_draft, history_partition=self.config.history_partition)
         with self.stats.drafting(priced=prefill_draft):
             for d in self.drafters:
                 d.begin(request)
@@ -337,7 +336,7 @@ class RequestState:
                 stats.decode_tokens = max(len(stop.output) - 1, 0)
                 stats.truncate(len(stop.output))
             with stats.overhead():
-                self.engine.remember(self.prompt, stop.output)
+                self.engine.remember(self.prompt, stop.output, self.config.history_partition)
             self.clock.decoded()
         self.clock.finished()
         stats.new_tokens = len(stop.output)

@@ -141,6 +141,12 @@ class SearchFilter:
         ticket_key: the entry key as written: ticket key, ELOG MID, shift name or record id.
         since_ts: epoch seconds, inclusive lower bound on ``created_ts``.
         until_ts: epoch seconds, inclusive upper bound on ``created_ts``.
+        source_folders: keep only sources equal to or under one of these folders (relative,
+            forward slashes, no trailing ``/``; matched on path-segment boundaries, so
+            ``logbooks`` holds ``logbooks/ops.elog`` but not ``logbooks-old/ops.elog``);
+            empty = all.
+        match_none: match no chunk at all (an access scope and the user's filter that do not
+            overlap: "empty" there means nothing, not everything).
     Documents without ``created_ts`` never match a time bound.
     """
 
@@ -149,8 +155,15 @@ class SearchFilter:
     ticket_key: str | None = None
     since_ts: int | None = None
     until_ts: int | None = None
+    source_folders: tuple[str, ...] = ()
+    match_none: bool = False
 
     def is_empty(self) -> bool:
         """True when no field restricts anything."""
-        return not self.doc_types and self.source is None and self.ticket_key is None \
-            and self.since_ts is None and self.until_ts is None
+        return self == SearchFilter()
+
+
+def source_in_folders(source: str, folders: tuple[str, ...]) -> bool:
+    """Whether ``source`` (a relative path) equals or lies under one of ``folders`` (whole
+    path segments: ``logbooks`` holds ``logbooks/a.elog``, not ``logbooks-old/a.elog``)."""
+    return any(source == f or source.startswith(f + "/") for f in folders)

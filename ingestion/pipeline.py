@@ -4,7 +4,10 @@ Phases, each a function of :class:`_Run`: **read** a file (:meth:`_Run.read`), *
 documents (:meth:`_Run.load`), **chunk** the changed ones into the write batch
 (:meth:`_Run.chunk`), **settle** what the file's entry stores and deletes (:meth:`_Run.settle`);
 full batches are **embedded and written** (:meth:`_Run.flush`). The **report** is the
-:class:`~ingestion.report.IngestReport` each phase fills in.
+:class:`~ingestion.report.IngestReport` each phase fills in; **progress** (records of the current
+file, bytes, ETA) goes to :class:`~ingestion.progress.ProgressTracker`. A SIGINT or SIGTERM stops
+the run between two statements: what was written stays stored and the report says what was not
+(:mod:`ingestion.interrupt`).
 
 For every file: read the bytes; if its SHA-256 and the settings match the fingerprint of
 its last complete ingest, it is ``unchanged`` without parsing. Otherwise it is decoded and
@@ -36,6 +39,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -45,8 +49,9 @@ from pathlib import Path
 from ingestion.embedding import Embedder
 from ingestion.errors import LoaderError, StoreError, StoreLockedError
 from ingestion.files import NotRegularFileError, common_root, discover_files, own_path, read_regular_file, source_name
+from ingestion.interrupt import IngestInterrupted, mark_stopped, stop_on_signals
 from ingestion.loaders import BINARY_EXTENSIONS, LoaderConfig, LoadResult, load_bytes
-from ingestion.progress import ProgressDisplay
+from ingestion.progress import IngestProgress, ProgressDisplay, ProgressTracker
 from ingestion.report import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
@@ -67,18 +72,6 @@ DEFAULT_BATCH_CHUNKS = 256
 
 
 @dataclass(frozen=True)
-class IngestProgress:
-    """Progress snapshot passed to ``on_progress`` after each file and each written batch."""
-
-    files_done: int
-    files_total: int
-    current: str | None
-    documents_written: int
-    chunks_written: int
-    elapsed_s: float
-
-
-@dataclass(frozen=True)
 class _Parsed:
     """A file read and loaded this run: its own absolute path, the SHA-256 of its bytes, its documents."""
 
@@ -87,43 +80,10 @@ class _Parsed:
     result: LoadResult
 
 
-class _Tracker:
-    """Counts files done and documents/chunks written; tells the display and ``on_progress``."""
-
-    def __init__(self, display: ProgressDisplay, on_progress: Callable[[IngestProgress], None] | None, total: int,
-                 started: float) -> None:
-        self.display = display
-        self.on_progress = on_progress
-        self.total = total
-        self.started = started
-        self.done = 0
-        self.docs_written = 0
-        self.chunks_written = 0
-
-    def notify(self, current: str | None) -> None:
-        """Show that ``current`` (a source name; None after a batch) is being worked on."""
-        self.display.update(self.done, self.total, current, self.chunks_written)
-        if self.on_progress is not None:
-            self.on_progress(IngestProgress(self.done, self.total, current, self.docs_written, self.chunks_written,
-                                            time.perf_counter() - self.started))
-
-    def file_done(self, entry: FileReport) -> None:
-        """Count ``entry``'s file as done."""
-        self.done += 1
-        self.display.file_done(self.done, self.total, entry)
-        self.notify(entry.source)
-
-    def wrote(self, documents: int, chunks: int) -> None:
-        """Count a written batch."""
-        self.docs_written += documents
-        self.chunks_written += chunks
-        self.notify(None)
-
-
 class _Run:
     """State of one :func:`ingest_paths` call: the store, the report, the open write batch."""
 
-    def __init__(self, store: ChunkStore, report: IngestReport, tracker: _Tracker, *, prune: bool,
+    def __init__(self, store: ChunkStore, report: IngestReport, tracker: ProgressTracker, *, prune: bool,
                  config: LoaderConfig, batch_chunks: int, prune_under: Path | None = None,
                  supersede_under: Path | None = None) -> None:
         self.store = store
@@ -137,6 +97,8 @@ class _Run:
         #: realpath of each file read this run -> its source, so a symlink to it is reported as the same file
         self.targets: dict[str, str] = {}
         self.batch = WriteBatch()
+        self.batch_chunk_count = 0  # chunks in self.batch (WriteBatch.n_chunks sums them all)
+        self.current: FileReport | None = None  # the file being processed
         self.settings_sig = hashlib.sha256(f"{store.index_signature}|{config.signature()}".encode()).hexdigest()[:16]
 
     def process(self, path: Path, entry: FileReport) -> None:
@@ -154,6 +116,7 @@ class _Run:
         result = self.load(path, entry, data)
         if result is None:
             return
+        self.tracker.start_file(len(result.documents))
         parsed = _Parsed(source_abs, digest, result)
         existing = self.store.manifest.for_source(entry.source, source_abs)
         if self._owned_elsewhere(entry, existing, source_abs):
@@ -251,13 +214,16 @@ class _Run:
                 n_chunks += rec.n_chunks
                 if rec.source_abs != parsed.source_abs:  # same document, its file moved: record where it is now
                     self.batch.relocate.append((doc.doc_id, parsed.source_abs))
+                self.tracker.record_done(entry.source)
                 continue
             chunks = self.store.chunk_document(doc)
             self.batch.writes.append(DocumentWrite(doc, chunks, parsed.source_abs))
+            self.batch_chunk_count += len(chunks)
             entry.written_documents += 1
             entry.written_chunks += len(chunks)
             n_chunks += len(chunks)
-            if self.batch.n_chunks >= self.batch_chunks:
+            self.tracker.record_done(entry.source)
+            if self.batch_chunk_count >= self.batch_chunks:
                 self.flush()
         return n_chunks
 
@@ -285,19 +251,44 @@ class _Run:
         if not entry.kept_vanished and not failures:
             self.batch.files.append(FileRecord(parsed.source_abs, entry.source, parsed.digest, self.settings_sig,
                                                len(result.documents), n_chunks, result.format))
-        if self.batch.n_chunks >= self.batch_chunks:
+        if self.batch_chunk_count >= self.batch_chunks:
             self.flush()
 
     def flush(self) -> None:
         """Embed and write the open batch (crash-safe, see :meth:`ChunkStore.apply`), then start a new one."""
         if self.batch.is_empty():
             return
-        result = self.store.apply(self.batch)
+        try:
+            result = self.store.apply(self.batch)
+        except StoreError as exc:
+            self._fail_batch(exc)
+            raise
         self.report.embed_s += result.embed_s
         log.debug("batch written: %d documents, %d chunks, %d deleted", result.documents_written,
                   result.chunks_written, result.documents_deleted)
-        self.batch = WriteBatch()
+        self.batch, self.batch_chunk_count = WriteBatch(), 0
         self.tracker.wrote(result.documents_written, result.chunks_written)
+
+    def _fail_batch(self, exc: StoreError) -> None:
+        """The open batch could not be stored (disk full, read-only, permissions): every file with
+        something in it is ``failed`` with the store's reason, its counts of written documents and
+        chunks lose what the batch held, and no fingerprint of it was recorded (the next run parses
+        it again). Earlier batches stay stored: each batch is one transaction (:meth:`ChunkStore.apply`)."""
+        batch = self.batch
+        writes: dict[str, list[DocumentWrite]] = {}
+        for w in batch.writes:
+            writes.setdefault(w.document.source, []).append(w)
+        touched = set(writes) | {f.source for f in batch.files}
+        doc_ids = list(batch.deletes) + [doc_id for doc_id, _ in batch.relocate]
+        for entry in self.report.files:
+            mine = writes.get(entry.source, [])
+            entry.written_documents -= len(mine)
+            entry.written_chunks -= sum(len(w.chunks) for w in mine)
+            if entry.status == "failed" or not (entry.source in touched
+                                                or any(d.startswith(entry.source + "#") for d in doc_ids)):
+                continue
+            entry.status, entry.documents, entry.chunks = "failed", 0, 0
+            entry.reason = f"not stored: {exc} (documents stored before are kept; re-run to resume)"
 
     def prune_missing(self) -> None:
         """Queue the deletion of documents whose source file is gone (under ``prune_under``), and forget those files."""
@@ -340,6 +331,9 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
         StoreLockedError: another ingest runs on the same store (nothing was read or changed).
         StoreError: the store failed mid-run (re-run to resume); its ``report`` attribute holds
             the report so far.
+        IngestInterrupted: a ``KeyboardInterrupt`` (SIGINT, or SIGTERM under
+            :func:`~ingestion.interrupt.stop_on_signals`) stopped the run; its ``report`` says what
+            was stored (the batches written) and what was not.
     """
     started = time.perf_counter()
     report = IngestReport()
@@ -352,7 +346,7 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
             report.files.append(FileReport(path=str(path), source=source_name(path, root), status="failed",
                                            reason="no such file or directory"))
         display = ProgressDisplay(sys.stderr.isatty() if progress is None else progress, len(files))
-        run = _Run(store, report, _Tracker(display, on_progress, len(files), started), prune=prune,
+        run = _Run(store, report, ProgressTracker(display, on_progress, files, started), prune=prune,
                    config=loader_config or LoaderConfig(), batch_chunks=batch_chunks, prune_under=prune_under,
                    supersede_under=supersede_under)
         try:
@@ -361,6 +355,15 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
             report.error = str(exc)
             exc.report = report  # type: ignore[attr-defined]
             raise
+        except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM under stop_on_signals()
+            stop = exc if isinstance(exc, IngestInterrupted) else IngestInterrupted(signal.SIGINT)
+            reached = {entry.path for entry in report.files}
+            mark_stopped(report, run.batch, run.current, [FileReport(path=str(p), source=source_name(p, root))
+                                                          for p in files if str(p) not in reached],
+                         stop.signal_name, (run.tracker.docs_written, run.tracker.chunks_written))
+            report.elapsed_s = time.perf_counter() - started
+            stop.report = report
+            raise stop from (None if stop is exc else exc)
         finally:
             display.close()
     report.elapsed_s = time.perf_counter() - started
@@ -379,7 +382,9 @@ def _ingest_files(run: _Run, files: list[Path], root: Path) -> None:
         entry = FileReport(path=str(path), source=source_name(path, root))
         run.report.files.append(entry)
         run.tracker.notify(entry.source)
+        run.current = entry
         run.process(path, entry)
+        run.current = None
         run.tracker.file_done(entry)
     if run.prune:
         run.prune_missing()
@@ -419,7 +424,9 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
     Returns:
         The report and the exit code: ``EXIT_OK``, ``EXIT_FAILED`` (files or records failed),
         ``EXIT_LOCKED`` (another ingest holds the store's lock), ``EXIT_STORE`` (the store is
-        unusable or failed mid-run), ``EXIT_USAGE`` (the report file cannot be written).
+        unusable or failed mid-run), ``EXIT_USAGE`` (the report file cannot be written), or
+        128 + the signal's number (130, 143) when SIGINT or SIGTERM stopped the run (see
+        :mod:`ingestion.interrupt`: what was written stays stored, the report says what was not).
     """
     report = IngestReport()
     code = EXIT_OK
@@ -429,8 +436,12 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
         report.error, code = str(exc), EXIT_STORE
     else:
         try:
-            report = ingest_paths([Path(p) for p in paths], store, prune=prune, progress=progress,
-                                  loader_config=loader_config)
+            with stop_on_signals():
+                report = ingest_paths([Path(p) for p in paths], store, prune=prune, progress=progress,
+                                      loader_config=loader_config)
+        except IngestInterrupted as exc:  # SIGINT / SIGTERM: the report says what was stored
+            report, code = exc.report or report, exc.exit_code
+            report.error = report.error or f"interrupted by {exc.signal_name} before any file was read"
         except StoreLockedError as exc:
             report.error, code = str(exc), EXIT_LOCKED
         except StoreError as exc:
@@ -457,5 +468,6 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
 
 __all__ = ["IngestProgress", "IngestReport", "IngestOutcome", "FileReport", "ingest_paths", "run_ingest",
            "write_report", "discover_files", "common_root", "source_name", "own_path", "read_regular_file",
-           "NotRegularFileError", "StoreError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE",
+           "NotRegularFileError", "StoreError", "IngestInterrupted", "stop_on_signals", "EXIT_OK",
+           "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE",
            "EXIT_CODES_HELP"]

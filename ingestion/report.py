@@ -17,7 +17,8 @@ EXIT_STORE = 4
 EXIT_CODES_HELP = (
     "Exit codes of copilot ingest: "
     f"{EXIT_OK} every file indexed, unchanged or skipped; "
-    f"{EXIT_FAILED} some files or records failed (see the report); "
+    f"{EXIT_FAILED} some files or records failed (outcome 'partial': the others were stored) or every file "
+    "failed (outcome 'failed'); see the report; "
     f"{EXIT_USAGE} bad usage or configuration (no such path, invalid settings, report not writable); "
     f"{EXIT_LOCKED} another ingest holds the store's lock (its pid and host are named; nothing changed; re-run later); "
     f"{EXIT_STORE} the store is unusable or failed mid-run (re-run to resume)."
@@ -26,6 +27,9 @@ EXIT_CODES_HELP = (
 
 #: Allowed per-file statuses.
 FILE_STATUSES = ("indexed", "unchanged", "skipped-empty", "skipped", "failed")
+
+#: Outcomes of a whole run (:attr:`IngestReport.outcome`; an API ingest job's final status).
+RUN_OUTCOMES = ("succeeded", "partial", "failed")
 
 
 @dataclass
@@ -118,9 +122,22 @@ class IngestReport:
         """True when the run completed and no file and no record failed."""
         return self.error is None and self.counts["failed"] == 0 and self.failed_records == 0
 
+    @property
+    def outcome(self) -> str:
+        """One of :data:`RUN_OUTCOMES`: ``succeeded`` when :attr:`ok`; ``failed`` when the run did
+        not complete (``error``) or no file was stored (none ``indexed`` or ``unchanged``) while
+        some failed; otherwise ``partial``: some files or records failed, the others were stored."""
+        if self.ok:
+            return "succeeded"
+        counts = self.counts
+        if self.error is not None or counts["indexed"] + counts["unchanged"] == 0:
+            return "failed"
+        return "partial"
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (what ``--report FILE.json`` writes)."""
         return {
+            "outcome": self.outcome,
             "counts": self.counts,
             "failed_records": self.failed_records,
             "error": self.error,

@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -147,7 +148,8 @@ class ChunkStore:
 
             self.dense = PgVectorStore(self.db)
         else:
-            self.dense = ChromaStore(None if chroma_url else self.data_dir / "chroma", chroma_url, collection, model)
+            self.dense = ChromaStore(None if chroma_url else self.data_dir / "chroma", chroma_url, collection, model,
+                                     folder_sources=self.manifest.sources_under)
         self._seen_generation = self.manifest.get_meta("generation")
 
     @property
@@ -336,20 +338,41 @@ class ChunkStore:
                 self.manifest.clear_pending(p[0] for p in pending)
             return [p[0] for p in pending]
 
-    def delete_document(self, doc_id: str) -> bool:
-        """Delete a document from both indexes and the manifest; False if it was not stored.
+    def delete_document(self, doc_id: str, *, uploads_dir: Path | None = None) -> bool:
+        """Delete a document from both indexes and the manifest, and its bytes from their files
+        (:func:`ingestion.purge.purge`); False if it was not stored.
 
-        Its file's fingerprint is dropped, so the next ingest of that file re-adds it if it
-        is still there (the store mirrors its sources).
+        A stored upload copy it came from (a file under ``uploads_dir``) holds its text and is
+        removed; the file's other documents stay stored, detached from it. A file elsewhere is
+        the operator's: left alone, its fingerprint dropped, so re-ingesting it re-adds the document.
+
+        Raises:
+            StoreError: a store write failed (the document may still be stored: retry).
         """
+        from ingestion.purge import PURGE_PENDING, purge
+        from ingestion.uploads import remove_upload_copy, upload_copy
+
         with self._lock:
             rec = self.manifest.get([doc_id]).get(doc_id)
             if rec is None:
                 return False
-            batch = WriteBatch(deletes=[doc_id], forget_files=[rec.source_abs] if rec.source_abs else [])
-            self.apply(batch)
+            copy = upload_copy(uploads_dir, rec.source_abs) if uploads_dir and rec.source_abs else None
+            with self.db.transaction():
+                self.manifest.set_meta(PURGE_PENDING, "1")
+                if copy is not None:
+                    detached = self.manifest.detach_file(str(copy))
+                    log.info("deleting %s: removing its upload copy %s (%d other document(s) stay, detached)",
+                             doc_id, copy.name, detached - 1)
+            if copy is not None:
+                try:
+                    remove_upload_copy(copy)
+                except OSError as exc:
+                    raise StoreError(f"cannot remove the stored upload {copy.name!r} of {doc_id!r}: "
+                                     f"{exc.strerror or exc}; the document is still stored") from exc
+            self.apply(WriteBatch(deletes=[doc_id], forget_files=[rec.source_abs] if rec.source_abs else []))
             with self._transaction():
                 self.manifest.forget_files(sources=[rec.source])
+            purge(self)
             return True
 
     # -- reading ----------------------------------------------------------------------------
@@ -400,10 +423,11 @@ class ChunkStore:
                 "key": rec.key, "created_ts": rec.created_ts, "content_hash": rec.content_hash,
                 "n_chunks": rec.n_chunks}
 
-    def list_documents(self, offset: int = 0, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
-        """A page of documents (doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts)
-        and the total."""
-        return self.manifest.page(max(0, offset), max(0, limit))
+    def list_documents(self, offset: int = 0, limit: int = 50,
+                       flt: SearchFilter | None = None) -> tuple[list[dict[str, Any]], int]:
+        """A page of the documents that pass ``flt`` (doc_id, source, title, doc_type, n_chunks,
+        content_hash, key, created_ts) and how many pass it."""
+        return self.manifest.page(max(0, offset), max(0, limit), flt)
 
     def count_chunks(self) -> int:
         """Number of chunks stored."""
@@ -462,12 +486,20 @@ def open_store(settings: StoreSettings, *, embedder: Embedder | None = None,
             loaded lazily on first use).
         max_chunk_tokens: chunk ceiling in tokens (default: the model's maximum).
     Raises:
-        StoreError: Chroma unreachable, or the store was built with another embedding model.
+        StoreError: Chroma unreachable, the store was built with another embedding model, or the
+            data dir is unusable (read-only, not a folder, no space: the OS's or SQLite's reason).
     """
     if embedder is None:
         from ingestion import embedding  # looked up at call time, so a substituted Embedder class is honoured
 
         embedder = embedding.Embedder(settings.embedding_model)
-    return ChunkStore(Path(settings.data_dir), chroma_url=settings.chroma_url or None,
-                      database_url=settings.database_url or None, collection=settings.collection, embedder=embedder,
-                      max_chunk_tokens=max_chunk_tokens)
+    try:
+        return ChunkStore(Path(settings.data_dir), chroma_url=settings.chroma_url or None,
+                          database_url=settings.database_url or None, collection=settings.collection,
+                          embedder=embedder, max_chunk_tokens=max_chunk_tokens)
+    except (OSError, sqlite3.Error) as exc:
+        folder = os.fspath(settings.data_dir)
+        reason = ("it is not a folder" if os.path.exists(folder) and not os.path.isdir(folder)
+                  else getattr(exc, "strerror", None) or str(exc))
+        raise StoreError(f"cannot open the store in data dir {settings.data_dir}: {reason} "
+                         "(it must be a writable folder: set COPILOT_DATA_DIR)") from exc

@@ -14,6 +14,7 @@ uploads of one store must share the uploads folder (a shared volume), as they sh
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -43,6 +44,36 @@ class UploadPathError(UploadRejectedError):
     """The upload folder is not a plain relative path, or the filesystem refuses it."""
 
 
+class UploadStorageError(UploadRejectedError):
+    """The server cannot store the upload (no space, a read-only or unwritable uploads folder).
+
+    Attributes:
+        status: the HTTP status to answer: 507 (no space) or 503 (the folder is unwritable).
+    """
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+#: errnos that mean the server, not the request, is at fault (the rest: the path is refused).
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def _refused(folder: PurePosixPath, exc: OSError) -> UploadRejectedError:
+    """The rejection an OSError while staging an upload under ``folder`` means (no path of the server in it)."""
+    reason = exc.strerror or type(exc).__name__
+    if exc.errno in _NO_SPACE:
+        log.error("cannot store an upload: %s", reason)
+        return UploadStorageError(f"the server has no space for the upload: {reason}", 507)
+    if exc.errno in _UNWRITABLE:
+        log.error("cannot store an upload in the uploads folder: %s", reason)
+        return UploadStorageError(f"the server cannot store uploads now: {reason}", 503)
+    shown = str(folder) if len(str(folder)) <= 80 else str(folder)[:80] + "..."
+    return UploadPathError(f"cannot store the upload under {shown!r}: {reason}")
+
+
 def safe_upload_name(filename: str | None) -> str:
     """The base name of an uploaded file, checked.
 
@@ -59,17 +90,34 @@ def safe_upload_name(filename: str | None) -> str:
     return name
 
 
+#: Bytes of one folder name (the usual file-system limit, NAME_MAX) and of the whole upload folder.
+MAX_NAME_BYTES = 255
+MAX_FOLDER_BYTES = 1024
+#: Folder names in an upload folder.
+MAX_FOLDER_DEPTH = 32
+
+
 def safe_folder(folder: str | None) -> PurePosixPath:
     """A relative folder for uploaded files' sources (``tickets`` → ``tickets/export.json``).
 
     Raises:
-        UploadPathError: an absolute path, ``..``, empty or hidden components, or a NUL byte.
+        UploadPathError: an absolute path, ``..``, empty or hidden components, a NUL byte, a
+            name over :data:`MAX_NAME_BYTES` bytes, over :data:`MAX_FOLDER_DEPTH` names or over
+            :data:`MAX_FOLDER_BYTES` bytes in all.
     """
     if not folder:
         return PurePosixPath()
+    shown = repr(folder if len(folder) <= 80 else folder[:80] + "...")
     p = PurePosixPath(folder.replace("\\", "/"))
     if p.is_absolute() or any(part in ("..", "") or part.startswith(".") for part in p.parts) or "\x00" in folder:
-        raise UploadPathError(f"folder must be a relative path without '..' or hidden parts: {folder!r}")
+        raise UploadPathError(f"folder must be a relative path without '..' or hidden parts: {shown}")
+    longest = max(len(part.encode()) for part in p.parts)
+    if longest > MAX_NAME_BYTES:
+        raise UploadPathError(f"folder {shown} has a name of {longest} bytes; the limit is {MAX_NAME_BYTES}")
+    if len(p.parts) > MAX_FOLDER_DEPTH:
+        raise UploadPathError(f"folder {shown} is {len(p.parts)} names deep; the limit is {MAX_FOLDER_DEPTH}")
+    if len(str(p).encode()) > MAX_FOLDER_BYTES:
+        raise UploadPathError(f"folder {shown} is {len(str(p).encode())} bytes long; the limit is {MAX_FOLDER_BYTES}")
     return p
 
 
@@ -124,20 +172,19 @@ class UploadArea:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise UploadNameError(f"duplicate file names in one upload: {', '.join(dupes)}")
-        self._check_home(folder, names)
         target = self.staging_dir(upload_id) / folder
         paths = []
         try:
+            self._check_home(folder, names)
             target.mkdir(parents=True, exist_ok=False)
             for name, (_, handle) in zip(names, uploads, strict=True):
                 path = target / name
                 with open(path, "wb") as out:
                     shutil.copyfileobj(handle, out, 1 << 20)
                 paths.append(path)
-        except OSError as exc:  # e.g. a folder name too long for the filesystem
+        except OSError as exc:
             self.discard(upload_id)
-            raise UploadPathError(f"cannot store the upload under {str(folder)[:80]!r}: "
-                                  f"{exc.strerror or exc}") from exc
+            raise _refused(folder, exc) from None  # the reason is the whole story: no traceback to log
         except BaseException:
             self.discard(upload_id)
             raise
@@ -208,3 +255,30 @@ class UploadArea:
             except OSError as exc:
                 warnings.append(f"could not remove {entry.name} from the upload folder: {exc.strerror or exc}")
         return warnings
+
+
+def upload_copy(root: Path, source_abs: str) -> Path | None:
+    """The stored upload copy a document came from: ``source_abs`` when it names a file
+    installed under the uploads folder ``root`` (not a staged one under ``.incoming``), else
+    None (a server-side file, which is the operator's, not ours)."""
+    path = Path(source_abs)
+    try:
+        rel = path.relative_to(Path(os.path.realpath(root)))
+    except ValueError:
+        return None
+    if not rel.parts or any(part.startswith(".") for part in rel.parts):
+        return None
+    return path
+
+
+def remove_upload_copy(path: Path) -> None:
+    """Remove a stored upload copy (see :func:`upload_copy`); one already gone is fine.
+
+    Raises:
+        OSError: the file exists but cannot be removed.
+    """
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    log.info("removed the stored upload %s: a document from it was deleted", path.name)

@@ -100,14 +100,21 @@ def test_ask_streams_and_lists_sources(monkeypatch, sample_service):
 
 
 def test_serve_passes_host_and_port(monkeypatch):
-    import uvicorn
+    import copilot.api.server
 
     seen = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app_, host, port, **kw: seen.update(app=app_, host=host, port=port))
-    result = runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", "8765"])
+
+    def bound_then_stopped(app_, sock, **kw) -> int:  # the command binds the socket before serving on it
+        seen.update(app=app_, host=sock.getsockname()[0], port=sock.getsockname()[1])
+        sock.close()
+        return 0
+
+    monkeypatch.setattr(copilot.api.server, "serve", bound_then_stopped)
+    port = copilot.api.server.free_port()
+    result = runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)])
     assert result.exit_code == 0, result.output
-    assert (seen["host"], seen["port"]) == ("127.0.0.1", 8765)
-    assert "http://127.0.0.1:8765" in result.stdout and "curl" in result.stdout
+    assert (seen["host"], seen["port"]) == ("127.0.0.1", port)
+    assert f"http://127.0.0.1:{port}" in result.stdout and "curl" in result.stdout
     assert set(seen["app"].openapi()["paths"]) >= {"/v1/ask", "/v1/chat/completions", "/v1/models", "/v1/ingest",
                                                     "/v1/documents", "/metrics", "/healthz", "/readyz"}
 

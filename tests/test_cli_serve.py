@@ -21,8 +21,7 @@ def serve_once(monkeypatch, light_store):
     """``(args, check) -> CliRunner result``: runs ``copilot serve ARGS``; the app it launches
     (over :func:`light_store`, no language model) is served by a real uvicorn with the host,
     port and root path the command passes, ``check(url)`` runs against it, then it stops."""
-    import uvicorn
-
+    import copilot.api.server
     from copilot.api.server import ServerThread
     from copilot.service import CopilotService
 
@@ -33,11 +32,14 @@ def serve_once(monkeypatch, light_store):
     monkeypatch.setattr(CopilotService, "from_settings", classmethod(from_settings))
 
     def run(args: list[str], check) -> object:
-        def serve_briefly(app_, host: str, port: int, root_path: str = "", **kw) -> None:
+        def serve_briefly(app_, sock, root_path: str = "", **kw) -> int:
+            host, port = sock.getsockname()[:2]
+            sock.close()  # the command bound it; the server thread binds the same address again
             with ServerThread(app_, host=host, port=port, root_path=root_path) as server:
                 check(server.url)
+            return 0
 
-        monkeypatch.setattr(uvicorn, "run", serve_briefly)
+        monkeypatch.setattr(copilot.api.server, "serve", serve_briefly)
         return runner.invoke(app, ["serve", *args])
 
     return run

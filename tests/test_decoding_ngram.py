@@ -180,8 +180,7 @@ tokens = st.lists(st.integers(0, 3), max_size=25)
 def test_matches_a_naive_scan(prompt, contexts, output, sizes, max_tokens, answers):
     max_ngram, min_ngram = sizes
     history = [(prompt if same else prompt + [9], answer) for same, answer in answers]
-    store = AnswerHistory(max_ngram, min_ngram)
-    store._generations[0].max_occurrences = 10_000
+    store = AnswerHistory(max_ngram, min_ngram, max_occurrences=10_000)
     for answer_prompt, answer in history:
         store.add(answer_prompt, answer)
     d = drafter(prompt, contexts, max_ngram=max_ngram, min_ngram=min_ngram, max_occurrences=10_000, history=store)

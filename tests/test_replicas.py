@@ -58,7 +58,7 @@ def replicas(postgres_url, tmp_path_factory):
                 server.stop()
 
 
-def _wait_job(url: str, job_id: str, done: tuple[str, ...] = ("succeeded", "failed")) -> dict:
+def _wait_job(url: str, job_id: str, done: tuple[str, ...] = ("succeeded", "partial", "failed")) -> dict:
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while time.monotonic() < deadline:
         job = httpx.get(f"{url}/v1/ingest/{job_id}", timeout=10).json()

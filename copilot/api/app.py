@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from contextlib import asynccontextmanager
@@ -31,11 +32,21 @@ from copilot.api.routes import (
     ui,
 )
 from copilot.api.scheduler import BatchScheduler, make_batch
+from copilot.api.server import bound_port
 from copilot.config import Settings, get_settings
 from copilot.service import CopilotService
 from ingestion.stores.feedback_table import FeedbackTable
 
 log = logging.getLogger(__name__)
+
+
+def default_replica_id(port: int) -> str:
+    """``host:port/pid``: the host name, the port this process serves on and its process id, so
+    that no two live processes share a name (two replicas on one host, a restart on the same
+    port, several workers on one port). A replica never interrupts a job whose owner still
+    renews its lease, so a restarted replica finds its old jobs ``interrupted`` once their
+    lease expires (:class:`ingestion.stores.job_table.JobTable`)."""
+    return f"{socket.gethostname()}:{port}/{os.getpid()}"
 
 
 def create_app(settings: Settings | None = None, service: CopilotService | None = None) -> FastAPI:
@@ -49,7 +60,9 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
     ``/v1/feedback``; OpenAI's ``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``,
     ``/v1/embeddings``, ``/v1/models``; ``/healthz``, ``/readyz``, ``/metrics`` (see ``/docs``).
     At start-up the root logger gets one handler in ``log_format``
-    (see :func:`copilot.api.logs.configure`).
+    (see :func:`copilot.api.logs.configure`). The replica id is ``settings.replica_id``, else
+    :func:`default_replica_id` of the port the server bound (``app.state.bound_port``, set by
+    :mod:`copilot.api.server`), else of ``settings.port``.
     """
     settings = settings or get_settings()
     app_metrics = Metrics()
@@ -70,7 +83,8 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         app_metrics.bind_queue(lambda: app.state.scheduler.depth, lambda: app.state.scheduler.batch_size)
         app.state.ingest_jobs = await asyncio.to_thread(
             IngestJobManager, app.state.service.store, settings.uploads_dir,
-            replica_id=settings.replica_id or f"{socket.gethostname()}:{settings.port}", lease_s=settings.job_lease_s,
+            replica_id=settings.replica_id or default_replica_id(bound_port(app) or settings.port),
+            ingest_root=settings.ingest_root, lease_s=settings.job_lease_s,
             on_finish=lambda job: app_metrics.ingest_jobs.labels(job.status).inc())
         app.state.feedback = await asyncio.to_thread(FeedbackTable, app.state.service.store.db)
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,

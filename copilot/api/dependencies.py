@@ -1,19 +1,29 @@
-"""FastAPI dependencies: settings, the service, the batch scheduler, metrics, ingest jobs, API-key auth."""
+"""FastAPI dependencies: settings, the service, the batch scheduler, metrics, ingest jobs, and
+the caller's :class:`~copilot.access.Access` from its API key.
+
+Every auth dependency returns the caller's access (routes that filter by it take it as a
+parameter): without configured keys everyone has :data:`~copilot.access.FULL_ACCESS`; with
+keys, a missing or malformed ``Authorization: Bearer`` header is a 401 and an unknown key a
+403, unless the route is open to anonymous readers (``public_reads``), who get the keys
+file's ``public`` scope (default: read everything).
+"""
 
 from __future__ import annotations
 
-import secrets
+import logging
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from copilot.access import FULL_ACCESS, Access, KeyRing
 from copilot.api.jobs import IngestJobManager
 from copilot.api.metrics import Metrics
 from copilot.api.scheduler import BatchScheduler
 from copilot.config import Settings
 from copilot.service import CopilotService
 
-_bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_KEYS")
+log = logging.getLogger(__name__)
+_bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_KEYS or the keys file")
 
 
 def get_settings(request: Request) -> Settings:
@@ -41,44 +51,58 @@ def get_ingest_jobs(request: Request) -> IngestJobManager:
     return request.app.state.ingest_jobs
 
 
-def _check_key(settings: Settings, request: Request, credentials: HTTPAuthorizationCredentials | None) -> None:
-    """401 without a usable ``Authorization: Bearer`` header, 403 for a key that is not configured."""
-    if not settings.api_keys:
-        return
+def get_keyring(request: Request, settings: Settings = Depends(get_settings)) -> KeyRing:
+    """The app's keys (the flat ``api_keys`` and the keys file's), built on first use."""
+    ring = getattr(request.app.state, "keyring", None)
+    if ring is None:
+        ring = request.app.state.keyring = KeyRing.build([k.get_secret_value() for k in settings.api_keys],
+                                                         settings.keys)
+    return ring
+
+
+def _access(ring: KeyRing, request: Request, credentials: HTTPAuthorizationCredentials | None,
+            anonymous_ok: bool) -> Access:
+    """The caller's access: 401 without a usable ``Authorization: Bearer`` header, 403 for a key
+    that is not configured; an anonymous caller (or one sending an unknown key) gets the
+    public scope where ``anonymous_ok``."""
+    if not ring.enabled:
+        return FULL_ACCESS
+    access = ring.lookup(credentials.credentials) if credentials is not None else None
+    if access is not None:
+        return access
+    if anonymous_ok:
+        return ring.public
     if credentials is None:
         header = request.headers.get("authorization")
         reason = ("missing API key: send 'Authorization: Bearer <key>'" if not header
                   else "malformed Authorization header: expected 'Bearer <key>'")
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, reason, headers={"WWW-Authenticate": "Bearer"})
-    given = credentials.credentials.encode()
-    if not any(secrets.compare_digest(given, k.get_secret_value().encode()) for k in settings.api_keys):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "invalid API key")
+    raise HTTPException(status.HTTP_403_FORBIDDEN, "invalid API key")
 
 
-def require_api_key(request: Request, settings: Settings = Depends(get_settings),
-                    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """Ingest and delete: a valid key is required whenever keys are configured.
+def require_api_key(request: Request, ring: KeyRing = Depends(get_keyring),
+                    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Access:
+    """A valid key whenever keys are configured (ingest jobs, feedback lists): its access.
 
     Raises:
         HTTPException: 401 (no or malformed key) or 403 (unknown key).
     """
-    _check_key(settings, request, credentials)
+    return _access(ring, request, credentials, anonymous_ok=False)
 
 
-def read_auth(request: Request, settings: Settings = Depends(get_settings),
-              credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """Reading stored content (``GET /v1/documents``, ``/v1/search``): a key is required when keys
+def read_auth(request: Request, settings: Settings = Depends(get_settings), ring: KeyRing = Depends(get_keyring),
+              credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Access:
+    """Reading stored content (``/v1/documents``, ``/v1/search``): a key is required when keys
     are configured, unless ``public_reads``.
 
     Raises:
         HTTPException: 401 or 403 as :func:`require_api_key`.
     """
-    if not settings.public_reads:
-        _check_key(settings, request, credentials)
+    return _access(ring, request, credentials, anonymous_ok=settings.public_reads)
 
 
-def ask_auth(request: Request, settings: Settings = Depends(get_settings),
-             credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+def ask_auth(request: Request, settings: Settings = Depends(get_settings), ring: KeyRing = Depends(get_keyring),
+             credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Access:
     """Ask, chat and the model list: answers quote stored content, so they are reads: a key is
     required when keys are configured, unless ``public_reads`` (and then still with
     ``require_key_for_ask``).
@@ -86,5 +110,29 @@ def ask_auth(request: Request, settings: Settings = Depends(get_settings),
     Raises:
         HTTPException: 401 or 403 as :func:`require_api_key`.
     """
-    if settings.require_key_for_ask or not settings.public_reads:
-        _check_key(settings, request, credentials)
+    anonymous_ok = settings.public_reads and not settings.require_key_for_ask
+    return _access(ring, request, credentials, anonymous_ok=anonymous_ok)
+
+
+def ingest_access(access: Access = Depends(require_api_key)) -> Access:
+    """Ingest: a key with the ``ingest`` right (every key when none is configured).
+
+    Raises:
+        HTTPException: 401/403 as :func:`require_api_key`; 403 for a key without the right.
+    """
+    if not access.can_ingest:
+        log.info("refused: API key %r may not ingest", access.name)
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"the API key {access.name!r} may not ingest")
+    return access
+
+
+def delete_access(access: Access = Depends(require_api_key)) -> Access:
+    """Delete: a key with the ``delete`` right (every key when none is configured).
+
+    Raises:
+        HTTPException: 401/403 as :func:`require_api_key`; 403 for a key without the right.
+    """
+    if not access.can_delete:
+        log.info("refused: API key %r may not delete", access.name)
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"the API key {access.name!r} may not delete")
+    return access

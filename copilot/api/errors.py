@@ -13,6 +13,7 @@ route is OpenAI's 404 ``Invalid URL (POST /v1/...)``. Other paths keep FastAPI's
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import fastapi
 from fastapi import FastAPI, Request
@@ -20,6 +21,8 @@ from fastapi.exception_handlers import http_exception_handler, request_validatio
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+
+from copilot.api.redact import PathRedactor
 
 API_PREFIX = "/v1/"
 
@@ -32,6 +35,8 @@ _SECTIONS = ("body", "query", "path", "header", "cookie")
 MAX_MESSAGE = 2000
 #: A location part that is a field name (pydantic also puts validator and type names there).
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Union-member tags pydantic writes that look like field names.
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none", "bytes"})
 
 
 class ParameterError(fastapi.HTTPException):
@@ -74,11 +79,66 @@ def param_name(loc: tuple | list) -> str | None:
             return None  # a JSON decode error's character offset
         if isinstance(part, int):
             parts.append(str(part))
-        elif _FIELD.fullmatch(str(part)) and str(part) not in ("str", "int", "float", "bool", "list", "dict"):
+        elif _FIELD.fullmatch(str(part)) and str(part) not in _TYPE_TAGS:
             parts.append(str(part))
         elif parts:
             break
     return ".".join(parts) or None
+
+
+def _tagged(loc: tuple | list) -> int | None:
+    """Index of the first validator or union-member tag in ``loc`` (``None`` without one)."""
+    for i, part in enumerate(loc):
+        if i and not isinstance(part, int) and (not _FIELD.fullmatch(str(part)) or str(part) in _TYPE_TAGS):
+            return i
+    return None
+
+
+def relevant_errors(errors: list[dict]) -> list[dict]:
+    """``errors`` with a union's failed alternatives reduced to the one that got furthest.
+
+    A value that fails every member of a union (``stop: str | list[str]`` given a lone
+    surrogate) gets one error per member, under the same field; the one with the longest
+    ``loc`` (it matched deepest), preferring a value error over a type error, is kept: the
+    surrogate, not "Input should be a valid list"."""
+    best: dict[tuple, dict] = {}
+    out: list[dict] = []
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        at = _tagged(loc)
+        if at is None:
+            out.append(err)
+            continue
+        key = loc[:at]
+        rank = (len(loc), not str(err.get("type", "")).endswith("_type"))
+        if key not in best:
+            out.append(err)
+            best[key] = err
+        elif rank > (len(best[key].get("loc", ())), not str(best[key].get("type", "")).endswith("_type")):
+            out[out.index(best[key])] = err
+            best[key] = err
+    return out
+
+
+#: Messages for a number or flag of the wrong JSON type (strict request fields), and the
+#: JSON kind of the value sent.
+_STRICT_MESSAGES = {"int_type": "must be an integer", "bool_type": "must be true or false",
+                    "float_type": "must be a number", "finite_number": "must be a finite number"}
+_JSON_KINDS = ((bool, "a boolean"), (str, "a string"), (int, "an integer"), (float, "a number"), (list, "an array"),
+               (dict, "an object"), (type(None), "null"))
+
+
+def _message(err: dict) -> str:
+    """One error's message, without pydantic's ``Value error,`` prefix; a strict number or flag
+    given another JSON type says which (``max_tokens must be an integer, got a string``)."""
+    kind = str(err.get("type", ""))
+    loc = param_name(err.get("loc", ()))
+    if kind in _STRICT_MESSAGES and loc:
+        got = "" if kind == "finite_number" else next(
+            (f", got {name}" for t, name in _JSON_KINDS if isinstance(err.get("input"), t)), "")
+        return f"{loc} {_STRICT_MESSAGES[kind]}{got}"
+    msg = str(_clean(err.get("msg"))).removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
 
 
 def _code(error_type: str) -> str:
@@ -94,7 +154,7 @@ def _safe_errors(exc: RequestValidationError) -> list[dict]:
     JSON-serialisable (NaN, Infinity, lone surrogates), and with ``loc`` naming only the
     section and the fields (no validator or type names)."""
     out = []
-    for err in exc.errors():
+    for err in relevant_errors(list(exc.errors())):
         loc = list(err.get("loc", ()))
         param = param_name(loc)
         clean: list[str | int] = [loc[0]] if loc and loc[0] in _SECTIONS else []
@@ -105,13 +165,9 @@ def _safe_errors(exc: RequestValidationError) -> list[dict]:
 
 
 def validation_message(errors: list[dict]) -> str:
-    """Pydantic errors as one line: ``field: message; ...`` (no input values, no URLs)."""
-    parts = []
-    for err in errors:
-        loc = param_name(err.get("loc", ()))
-        msg = str(_clean(err.get("msg"))).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts) or "invalid request"
+    """Pydantic errors as one line: ``field: message; ...`` (no input values, no URLs; one
+    error per union, see :func:`relevant_errors`)."""
+    return "; ".join(_message(err) for err in relevant_errors(list(errors))) or "invalid request"
 
 
 def error_body(message: str, status_code: int, param: str | None = None, code: str | None = None,
@@ -125,11 +181,26 @@ def error_body(message: str, status_code: int, param: str | None = None, code: s
             "detail": message if detail is None else detail}
 
 
+def server_paths(request: Request) -> PathRedactor:
+    """The redactor of this server's folders (data dir, model cache, ingest root, uploads, the
+    home folder), built once per app: no error message shows where the server keeps its files."""
+    redactor = getattr(request.app.state, "error_paths", None)
+    if redactor is None:
+        settings = getattr(request.app.state, "settings", None)
+        named: dict[str, Path | None] = {"<home>": Path.home()}
+        relative: dict[str, Path | None] = {}
+        if settings is not None:
+            named.update({"<data dir>": settings.data_dir, "<model cache>": settings.model_cache_dir})
+            relative.update({"<ingest root>": settings.ingest_root, "<uploads>": settings.uploads_dir})
+        redactor = request.app.state.error_paths = PathRedactor.of(relative=relative, named=named)
+    return redactor
+
+
 async def _http_error(request: Request, exc: HTTPException):
     if not _api(request):
         return await http_exception_handler(request, exc)
     status_code = 400 if exc.status_code == 422 else exc.status_code
-    message = str(_clean(exc.detail))
+    message = server_paths(request).text(str(_clean(exc.detail)))
     if exc.status_code == 404 and exc.detail == "Not Found":  # no such route
         message = f"Invalid URL ({request.method} {request.url.path})"
     body = error_body(message, status_code, getattr(exc, "param", None), getattr(exc, "code", None))
@@ -139,7 +210,8 @@ async def _http_error(request: Request, exc: HTTPException):
 async def _validation_error(request: Request, exc: RequestValidationError):
     if not _api(request):
         return await request_validation_exception_handler(request, exc)
-    first = exc.errors()[0] if exc.errors() else {}
+    errors = relevant_errors(list(exc.errors()))
+    first = errors[0] if errors else {}
     body = error_body(validation_message(list(exc.errors())), 400, param_name(first.get("loc", ())),
                       _code(str(first.get("type", ""))), _safe_errors(exc))
     return JSONResponse(body, status_code=400)

@@ -24,6 +24,7 @@ from fastapi import HTTPException, Request, status
 from copilot.api.errors import ParameterError
 from copilot.api.metrics import Metrics
 from copilot.api.scheduler import DONE, BatchLike, BatchScheduler, Job, QueueFullError
+from copilot.destructive import find_destructive
 from copilot.prompting import PromptTooLongError
 from copilot.question import Question
 from copilot.service import AnswerAssembler, AnswerFeed, CopilotService, Prepared
@@ -118,8 +119,10 @@ class Outcome:
     not_found: bool = False
 
     def trust(self) -> dict[str, Any]:
-        """``quotes``, ``unverified`` and ``not_found`` as the responses carry them."""
-        return {"quotes": self.quotes, "unverified": self.unverified, "not_found": self.not_found}
+        """``quotes``, ``unverified``, ``not_found`` and ``destructive`` (the answer's destructive
+        commands, :mod:`copilot.destructive`) as the responses carry them."""
+        return {"quotes": self.quotes, "unverified": self.unverified, "not_found": self.not_found,
+                "destructive": [m.to_dict() for m in find_destructive(self.text)]}
 
 
 class GenerationRun:

@@ -1,19 +1,23 @@
 """Background ingest jobs for ``POST /v1/ingest``, and the checks on what they may read.
 
-Jobs run one at a time per replica on their own thread (never on the generation worker);
-the ingest pipeline's ``on_progress`` callback updates each job's progress. Every job is
-kept in the store (:class:`ingestion.stores.job_table.JobTable`), so its status and per-file
-report outlive a restart and every replica on a shared store can report on it. A job that
-was queued or running when its replica died is marked ``interrupted`` (at once when that
-replica starts again, else when its lease expires) and can be resumed by any replica
+Jobs are queued in the store (:class:`ingestion.stores.job_table.JobTable`) and every replica
+of the store takes queued jobs from it and runs them, one at a time, on its own thread (never
+on the generation worker); the ingest pipeline's ``on_progress`` callback updates each job's
+progress. Status and per-file report outlive a restart and every replica reports on every job.
+A job ends ``succeeded`` (every file stored, unchanged or skipped), ``partial`` (some files or
+records failed, the others were stored) or ``failed`` (no file stored, or the run stopped).
+A job that was queued or running when its replica died is marked ``interrupted`` when its
+lease expires — never while its owner renews it — and can be resumed by any replica
 (``POST /v1/ingest/{id}/resume``): ingesting is idempotent, so running the job again from
 the start converges to the state of one clean run.
 
 Server-side paths must lie under the configured ingest root: ``..``, absolute paths
-elsewhere and symlinks that lead out are refused with a reason.
+elsewhere and symlinks that lead out are refused with a reason. No answer names a server
+folder: job reports, warnings and errors show paths relative to the ingest root or the
+uploads folder (:class:`copilot.api.redact.PathRedactor`).
 
-Uploads are staged by the request and installed when their job runs (jobs run in submission
-order), by :class:`ingestion.uploads.UploadArea`, which also says where they live and what
+Uploads are staged by the request and installed when their job runs (queued jobs are taken
+oldest first), by :class:`ingestion.uploads.UploadArea`, which also says where they live and what
 ``prune`` removes. Documents stored from an older layout (``uploads/<job-id>/...``) are
 replaced by a new upload of the same name. Replicas that accept uploads and resume each
 other's jobs must share the uploads folder (a shared volume), as they share the store.
@@ -31,18 +35,19 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Literal
 
+from copilot.api.redact import PathRedactor
 from copilot.api.schemas import IngestJobOut, IngestProgressOut
-from ingestion.errors import IngestError
+from ingestion.errors import IngestError, StoreLockedError
 from ingestion.files import discover_files
 from ingestion.pipeline import IngestProgress, ingest_paths
-from ingestion.report import FileReport
+from ingestion.report import FileReport, IngestReport
 from ingestion.store import ChunkStore
 from ingestion.stores.job_table import JobRow, JobTable
 from ingestion.uploads import UploadArea
 
 log = logging.getLogger(__name__)
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "interrupted"]
+JobStatus = Literal["queued", "running", "succeeded", "partial", "failed", "interrupted"]
 PROGRESS_SAVE_S = 1.0
 """Seconds between saves of a running job's progress to the store."""
 
@@ -82,7 +87,7 @@ def resolve_ingest_path(raw: str, root: Path | None) -> tuple[Path, list[Path]]:
     candidate = Path(raw)
     path = candidate if candidate.is_absolute() else root_abs / candidate
     if not (path.is_relative_to(root_abs) or path.is_relative_to(root_real)):
-        raise PathRejectedError(403, f"{raw!r} lies outside the ingest root {root_abs}")
+        raise PathRejectedError(403, f"{raw!r} lies outside the ingest root")
     try:
         exists = path.exists()
     except OSError as exc:  # e.g. ENAMETOOLONG
@@ -93,7 +98,7 @@ def resolve_ingest_path(raw: str, root: Path | None) -> tuple[Path, list[Path]]:
         raise PathRejectedError(404, f"no such file or folder under the ingest root: {raw!r}")
     real = path.resolve()
     if not real.is_relative_to(root_real):
-        raise PathRejectedError(403, f"{raw!r} resolves to {real}, outside the ingest root (symlink)")
+        raise PathRejectedError(403, f"{raw!r} leads outside the ingest root (a symlink)")
     files, _missing = discover_files([path])
     escaping = [f for f in files if not f.resolve().is_relative_to(root_real)]
     if escaping:
@@ -158,13 +163,14 @@ class IngestJob:
                     "prune": self.prune, "folder": None if self.folder is None else str(self.folder)}
 
     @classmethod
-    def from_row(cls, row: JobRow) -> "IngestJob":
-        """A job to run again from its stored request (status ``queued``; progress and report reset)."""
+    def from_row(cls, row: JobRow, note: str | None = None) -> "IngestJob":
+        """The job a stored request describes (status ``queued``; progress and report reset;
+        ``note`` added to its warnings)."""
         req = row.request
         shown = IngestJobOut.model_validate(row.state)
         return cls(row.id, req["kind"], [Path(f) for f in req["files"]], Path(req["root"]), prune=bool(req["prune"]),
                    folder=None if req["folder"] is None else PurePosixPath(req["folder"]), created=shown.created,
-                   warnings=[*shown.warnings, f"resumed after it was {row.status}"], replica=row.owner)
+                   warnings=[*shown.warnings, *([note] if note else [])], replica=row.owner)
 
 
 def _stored_model(row: JobRow) -> IngestJobOut:
@@ -173,41 +179,60 @@ def _stored_model(row: JobRow) -> IngestJobOut:
 
 
 class IngestJobManager:
-    """Runs this replica's ingest jobs on one background thread, in submission order, and keeps
-    every job in the store.
+    """Keeps every job in the store and runs queued ones, one at a time on this replica.
+
+    A submitted job is saved ``queued``; a worker thread on every replica of the store takes the
+    oldest queued job it can run (:meth:`JobTable.take`, atomic: one replica runs each job), so an
+    idle replica works through the queue whoever received the jobs. A job meeting the store's
+    ingest lock (another replica's job, a ``copilot ingest``) goes back to the queue and is taken
+    again after ``poll_s``. A replica only takes jobs whose files it can see: the upload staging
+    folder (the uploads folder must be shared, as the store is) or, for server-side paths, a root
+    under its own ingest root.
 
     Args:
         store: the chunk store to write to (its database also keeps the jobs).
         uploads_dir: where uploaded files live (see :class:`ingestion.uploads.UploadArea`; a job's
             files are staged under its id until it runs).
-        replica_id: names this replica as the owner of the jobs it runs; stable across restarts
-            (its jobs still marked active when it starts are marked ``interrupted``).
+        replica_id: names this replica as the owner of the jobs it queues and runs; unique per
+            process (see :func:`copilot.api.app.default_replica_id`).
+        ingest_root: the server-side ingest root (None: path jobs are not run here); with the
+            uploads folder and the data dir, the folders job reports show relative or by name.
         lease_s: a job whose replica sent no heartbeat for this long (seconds) is ``interrupted``.
-        max_pending: queued or running jobs of this replica allowed before :meth:`submit` refuses (503).
+        poll_s: seconds between looks at the queue when idle (a local submit wakes it at once).
+        max_pending: jobs queued by this replica or running here before :meth:`submit` refuses (503).
         keep: finished jobs kept in the store (oldest forgotten first).
         on_finish: called with each finished job (metrics).
     """
 
-    def __init__(self, store: ChunkStore, uploads_dir: Path, *, replica_id: str, lease_s: float = 30.0,
-                 max_pending: int = 16, keep: int = 200, on_finish: Callable[[IngestJob], None] | None = None) -> None:
+    def __init__(self, store: ChunkStore, uploads_dir: Path, *, replica_id: str, ingest_root: Path | None = None,
+                 lease_s: float = 30.0, poll_s: float = 2.0, max_pending: int = 16, keep: int = 200,
+                 on_finish: Callable[[IngestJob], None] | None = None) -> None:
         self.store = store
         self.uploads = UploadArea(uploads_dir)
         self.replica_id = replica_id
+        self.ingest_root = ingest_root
+        self.poll_s = poll_s
         self.max_pending = max_pending
         self.keep = keep
         self.on_finish = on_finish
+        self.redact = PathRedactor.of(relative={"<ingest root>": ingest_root, "<uploads>": self.uploads.root},
+                                      named={"<data dir>": store.data_dir})
         self.table = JobTable(store.db, lease_s)
-        self._active: dict[str, IngestJob] = {}
+        self._queued: set[str] = set()  # queued by this replica and not yet taken (their lease is renewed here)
+        self._running: dict[str, IngestJob] = {}
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest")
-        interrupted = self.table.interrupt_owned(replica_id)
-        if interrupted:
-            log.warning("ingest job(s) %s of replica %s were interrupted by its restart; resume them with "
-                        "POST /v1/ingest/{id}/resume", ", ".join(interrupted), replica_id)
+        expired = self.table.expire()  # never a job whose owner still renews its lease
+        if expired:
+            log.warning("ingest job(s) %s were interrupted (their replica stopped renewing its lease); resume them "
+                        "with POST /v1/ingest/{id}/resume", ", ".join(expired))
         self._stop = threading.Event()
-        self._heartbeat = threading.Thread(target=self._beat, args=(max(0.5, lease_s / 3),), daemon=True,
-                                           name="ingest-heartbeat")
-        self._heartbeat.start()
+        self._wake = threading.Event()
+        self._threads = [threading.Thread(target=self._beat, args=(max(0.5, lease_s / 3),), daemon=True,
+                                          name="ingest-heartbeat"),
+                         threading.Thread(target=self._work, daemon=True, name="ingest-queue")]
+        for thread in self._threads:
+            thread.start()
 
     @staticmethod
     def new_id() -> str:
@@ -217,9 +242,9 @@ class IngestJobManager:
     def get(self, job_id: str) -> IngestJobOut | None:
         """The job with this id (run by any replica), or None (unknown, or forgotten)."""
         with self._lock:
-            job = self._active.get(job_id)
+            job = self._running.get(job_id)
         if job is not None:
-            return job.to_model()
+            return self._model(job)
         row = self.table.get(job_id)
         return None if row is None else _stored_model(row)
 
@@ -229,67 +254,146 @@ class IngestJobManager:
         return [_stored_model(r) for r in rows], total
 
     def pending(self) -> int:
-        """This replica's jobs queued or running."""
+        """Jobs queued by this replica (not yet taken) or running here."""
         with self._lock:
-            return len(self._active)
+            return len(self._queued) + len(self._running)
 
     def _beat(self, every_s: float) -> None:
         while not self._stop.wait(every_s):
-            with self._lock:
-                ids = list(self._active)
             try:
-                self.table.heartbeat(self.replica_id, ids)
+                with self._lock:
+                    self.table.heartbeat(self.replica_id, [*self._queued, *self._running])
+                    self._queued &= self.table.owned_queued(self.replica_id)  # forget those others took
             except Exception as exc:  # the store is briefly unreachable: the next beat retries
                 log.warning("ingest job heartbeat failed: %s", exc)
 
-    def _save(self, job: IngestJob) -> None:
+    def _model(self, job: IngestJob) -> IngestJobOut:
+        """The API view of ``job``, server folders redacted (also what is saved)."""
         model = job.to_model()
+        return model.model_copy(update={"report": self.redact.value(model.report),
+                                        "error": None if model.error is None else self.redact.text(model.error),
+                                        "warnings": [self.redact.text(w) for w in model.warnings]})
+
+    def _save(self, job: IngestJob) -> None:
+        model = self._model(job)
         self.table.save(job.id, model.status, self.replica_id, model.created.timestamp(), job.request(),
                         model.model_dump(mode="json"))
 
     def submit(self, job: IngestJob) -> IngestJob:
-        """Queue ``job`` on this replica (and keep it in the store).
+        """Queue ``job`` (kept in the store, where any replica may take it).
 
         Raises:
-            PathRejectedError: 503 when ``max_pending`` jobs are already queued or running here.
+            PathRejectedError: 503 when ``max_pending`` jobs of this replica are queued or running.
         """
         with self._lock:
-            if len(self._active) >= self.max_pending:
+            if len(self._queued) + len(self._running) >= self.max_pending:
                 raise PathRejectedError(503, f"{self.max_pending} ingest jobs are already pending; retry later")
-            job.replica = self.replica_id
-            self._active[job.id] = job
-        try:
+            job.status, job.replica = "queued", self.replica_id
             self._save(job)
-            self.table.forget_finished(self.keep)
-        except BaseException:
-            with self._lock:
-                self._active.pop(job.id, None)
-            raise
-        self._executor.submit(self._run, job)
+            self._queued.add(job.id)
+        self.table.forget_finished(self.keep)
+        self._wake.set()
         return job
 
     def resume(self, job_id: str) -> IngestJob:
-        """Run an interrupted (or failed) job again, on this replica, from the start.
+        """Queue an interrupted, failed or partial job again, from the start.
 
         Raises:
-            PathRejectedError: 404 for an unknown job; 409 when it is not interrupted or failed
-                (queued, running, succeeded, or just claimed by another replica); 503 as for
-                :meth:`submit`.
+            PathRejectedError: 404 for an unknown job; 409 when it is not resumable (queued,
+                running, succeeded, or just claimed by another replica); 503 as for :meth:`submit`.
         """
+        if self.pending() >= self.max_pending:
+            raise PathRejectedError(503, f"{self.max_pending} ingest jobs are already pending; retry later")
         row = self.table.claim(job_id, self.replica_id)
         if row is None:
             current = self.table.get(job_id)
             if current is None:
                 raise PathRejectedError(404, f"no ingest job {job_id!r} (unknown, or forgotten)")
-            raise PathRejectedError(409, f"ingest job {job_id} is {current.status}: only an interrupted or failed "
-                                         "job can be resumed")
-        log.info("resuming ingest job %s (was %s, replica %s)", job_id, row.status, row.owner)
-        return self.submit(IngestJob.from_row(row))
+            raise PathRejectedError(409, f"ingest job {job_id} is {current.status}: only an interrupted, failed or "
+                                         "partial job can be resumed")
+        log.info("resuming ingest job %s (replica %s)", job_id, row.owner)
+        return self.submit(IngestJob.from_row(row, "resumed: run again from the start"))
+
+    def _work(self) -> None:
+        """Take queued jobs from the table and run them, one at a time, until :meth:`close`."""
+        while not self._stop.is_set():
+            job = self._take_next()
+            if job is None:
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+                continue
+            try:
+                self._executor.submit(self._run, job).result()
+            except RuntimeError:  # closed between taking and running it: back to the queue
+                self._requeue(job, None)
+                return
+            if job.status == "queued":  # the store's ingest lock was held: wait before trying again
+                self._stop.wait(self.poll_s)
+
+    def _take_next(self) -> IngestJob | None:
+        """The oldest queued job this replica can run, now ``running`` here; None when there is none."""
+        try:
+            rows = self.table.queued()
+        except Exception as exc:
+            log.warning("cannot read the ingest queue: %s", exc)
+            return None
+        for row in rows:
+            if self._can_run(row) and (taken := self.table.take(row.id, self.replica_id)) is not None:
+                with self._lock:
+                    mine = taken.id in self._queued
+                note = None if mine else f"taken by replica {self.replica_id} from {row.owner}"
+                return IngestJob.from_row(taken, note)
+        return None
+
+    def _can_run(self, row: JobRow) -> bool:
+        """Whether this replica sees the job's files: its root exists here and, for a server-side
+        path, lies under this replica's ingest root."""
+        root = Path(row.request["root"])
+        if not root.is_dir():
+            return False
+        if row.request["kind"] == "path":
+            return self.ingest_root is not None and root.resolve().is_relative_to(self.ingest_root.resolve())
+        return True
+
+    def _requeue(self, job: IngestJob, reason: str | None) -> None:
+        """Put ``job`` back in the queue (``reason``, when given, added to its warnings once)."""
+        with job.lock:
+            job.status, job.started = "queued", None
+            if reason and reason not in job.warnings:
+                job.warnings.append(reason)
+        with self._lock:
+            try:
+                self._save(job)
+            except Exception:
+                log.exception("ingest job %s: could not put it back in the queue", job.id)
+            self._queued.add(job.id)
 
     def _run(self, job: IngestJob) -> None:
+        """Run a job taken from the queue to its end, or back to the queue when the store is locked."""
+        with self._lock:
+            self._queued.discard(job.id)
+            self._running[job.id] = job
+        try:
+            finished = self._ingest(job)
+        finally:
+            with self._lock:
+                self._running.pop(job.id, None)
+        if not finished:
+            return
         with job.lock:
-            job.status, job.started = "running", _now()
-        self._save(job)
+            job.finished = _now()
+        try:
+            self._save(job)
+        except Exception:
+            log.exception("ingest job %s: could not save its outcome to the store", job.id)
+        if self.on_finish is not None:
+            self.on_finish(job)
+
+    def _ingest(self, job: IngestJob) -> bool:
+        """Ingest ``job``'s files, setting its status, report and error; False when it went back
+        to the queue (another ingest holds the store's lock)."""
+        with job.lock:
+            job.status, job.started, job.replica = "running", _now(), self.replica_id
         saved_at = time.monotonic()
 
         def progress(p: IngestProgress) -> None:
@@ -301,38 +405,29 @@ class IngestJobManager:
                 self._save(job)
 
         try:
+            self._save(job)
             files, install_failures, prune_under, supersede_under = self._prepare(job)
             self._save(job)  # uploads: the files now live at their home
             report = ingest_paths(files, self.store, prune=job.prune, progress=False, on_progress=progress,
                                   root=job.root, prune_under=prune_under, supersede_under=supersede_under)
             report.files.extend(install_failures)
+        except StoreLockedError as exc:
+            log.info("ingest job %s waits: %s", job.id, exc)
+            self._requeue(job, f"waited: {exc}")
+            return False
         except IngestError as exc:
             log.warning("ingest job %s failed: %s", job.id, exc)
+            stopped = getattr(exc, "report", None)  # a store error mid-run: the files done so far
             with job.lock:
                 job.status, job.error = "failed", str(exc)
+                job.report = stopped.to_dict() if isinstance(stopped, IngestReport) else None
         except Exception as exc:  # keep the thread alive and say what happened
             log.exception("ingest job %s failed", job.id)
             with job.lock:
                 job.status, job.error = "failed", f"unexpected {type(exc).__name__}: {exc}"
         else:
-            with job.lock:
-                job.report = report.to_dict()
-                job.status = "succeeded"
-                if report.counts["failed"]:
-                    job.warnings.append(f"{report.counts['failed']} file(s) failed: see the report")
-                if report.failed_records:
-                    job.warnings.append(f"{report.failed_records} record(s) failed: see failed_records in the report")
-        finally:
-            with job.lock:
-                job.finished = _now()
-            try:
-                self._save(job)
-            except Exception:
-                log.exception("ingest job %s: could not save its outcome to the store", job.id)
-            with self._lock:
-                self._active.pop(job.id, None)
-            if self.on_finish is not None:
-                self.on_finish(job)
+            _conclude(job, report)
+        return True
 
     def _prepare(self, job: IngestJob) -> tuple[list[Path], list[FileReport], Path | None, Path | None]:
         """(files to ingest, failed install entries, prune scope, supersede folder) for a job about to run."""
@@ -357,16 +452,25 @@ class IngestJobManager:
         return files, [], None, None
 
     def close(self) -> None:
-        """Stop the heartbeat and drop queued jobs (kept in the store as ``interrupted``); a running
-        one finishes in the background (the store stays consistent)."""
+        """Stop taking jobs and renewing leases; a running job finishes in the background (the
+        store stays consistent). Jobs still queued stay queued for another replica to take (or
+        this one once restarted); when none does within the lease they turn ``interrupted``."""
         self._stop.set()
+        self._wake.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            queued = [j for j in self._active.values() if j.status == "queued"]
-        for job in queued:
-            with job.lock:
-                job.status = "interrupted"
-            try:
-                self._save(job)
-            except Exception:
-                log.exception("ingest job %s: could not mark it interrupted", job.id)
+
+
+def _conclude(job: IngestJob, report: IngestReport) -> None:
+    """A finished run's status (``succeeded``, ``partial`` or ``failed``, see
+    :attr:`IngestReport.outcome`), report, and warnings or error naming the failed counts."""
+    counts = report.counts
+    with job.lock:
+        job.report = report.to_dict()
+        job.status = report.outcome
+        if job.status == "failed":
+            job.error = (f"no file was ingested: {counts['failed']} of {len(report.files)} file(s) failed "
+                         "(see the report)")
+        elif counts["failed"]:
+            job.warnings.append(f"{counts['failed']} of {len(report.files)} file(s) failed: see the report")
+        if report.failed_records:
+            job.warnings.append(f"{report.failed_records} record(s) failed: see failed_records in the report")

@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Collection, Literal
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, model_validator
 
+from copilot.destructive import find_destructive
 from copilot.filters import Filters, JSONObject, Text  # noqa: F401 (re-exported)
 from copilot.sources import Source
 
@@ -30,8 +31,16 @@ def speculation_settings(body: BaseModel) -> dict[str, Any]:
     return out
 
 
+#: Request numbers and flags are taken as JSON writes them, never converted: ``"10"``, ``true``
+#: and ``10.0`` are no :data:`Int`, ``"no"`` and ``1`` no :data:`Bool`, ``"0.5"`` and ``true`` no
+#: :data:`Number` (an integer is one); NaN and ±Infinity (``NaN``, ``1e999``) are no Number.
+#: Query parameters (``?limit=10``) are strings by nature and are declared in the routes, lax.
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
+Number = Annotated[float, Strict(), AllowInfNan(False)]
+
 #: A seed for torch's generator (a signed 64-bit integer).
-Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Seed = Annotated[Int, Field(ge=0, le=2**63 - 1)]
 
 
 class HistoryMessage(BaseModel):
@@ -50,31 +59,32 @@ class AskRequest(BaseModel):
          "filters": {"doc_types": ["elog", "shiftlog"], "since": "2026-01-01"}}]})
 
     question: Text = Field(min_length=1, description="the operator's question")
-    max_sources: int | None = Field(None, ge=1, le=100, description="source documents to retrieve and show "
+    max_sources: Int | None = Field(None, ge=1, le=100, description="source documents to retrieve and show "
                                     "(default: the max_sources setting, else the prompt style's)")
-    top_k: int | None = Field(None, ge=1, le=100, deprecated=True, description="deprecated name of max_sources")
-    max_new_tokens: int | None = Field(None, ge=0, description="answer budget in tokens (default: the "
+    top_k: Int | None = Field(None, ge=1, le=100, deprecated=True, description="deprecated name of max_sources")
+    max_new_tokens: Int | None = Field(None, ge=0, description="answer budget in tokens (default: the "
                                        "max_new_tokens setting; at most max_new_tokens_cap)")
-    stream: bool = Field(False, description="Server-Sent Events: deltas, then one final event")
+    stream: Bool = Field(False, description="Server-Sent Events: deltas, then one final event")
     filters: Filters | None = None
     history: list[HistoryMessage] = Field(default_factory=list, max_length=50)
-    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (exact)")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: Number = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (exact)")
+    top_p: Number = Field(1.0, gt=0.0, le=1.0)
     seed: Seed | None = None
     # Logits settings, honoured exactly as transformers' generate() applies them (unset = the
     # checkpoint's generation_config value, as generate() does).
-    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0, description="CTRL repetition penalty (1 = off)")
-    no_repeat_ngram_size: int | None = Field(None, ge=0, le=64, description="no n-gram of this size repeats (0 = off)")
-    min_new_tokens: int | None = Field(None, ge=0, description="end-of-sequence forbidden before this many tokens")
-    bad_words_ids: list[list[Annotated[int, Field(ge=0)]]] | None = Field(
+    repetition_penalty: Number | None = Field(None, gt=0.0, le=10.0, description="CTRL repetition penalty (1 = off)")
+    no_repeat_ngram_size: Int | None = Field(None, ge=0, le=64, description="no n-gram of this size repeats (0 = off)")
+    min_new_tokens: Int | None = Field(None, ge=0, description="end-of-sequence forbidden before this many tokens")
+    bad_words_ids: list[list[Annotated[Int, Field(ge=0)]]] | None = Field(
         None, max_length=1024, description="token-id sequences never generated")
-    suppress_tokens: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=4096,
+    suppress_tokens: list[Annotated[Int, Field(ge=0)]] | None = Field(None, max_length=4096,
                                                                      description="token ids never generated")
-    logit_bias: dict[Text, float] | None = Field(None, description="OpenAI logit_bias: {token id: bias in [-100, 100]}")
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI frequency penalty")
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="OpenAI presence penalty")
+    logit_bias: dict[Text, Number] | None = Field(None,
+                                                  description="OpenAI logit_bias: {token id: bias in [-100, 100]}")
+    frequency_penalty: Number = Field(0.0, ge=-2.0, le=2.0, description="OpenAI frequency penalty")
+    presence_penalty: Number = Field(0.0, ge=-2.0, le=2.0, description="OpenAI presence penalty")
     speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
-    num_speculative_tokens: int | None = Field(None, ge=1, le=16,
+    num_speculative_tokens: Int | None = Field(None, ge=1, le=16,
                                                description="γ ceiling per round (default: settings)")
 
     @model_validator(mode="before")
@@ -119,6 +129,24 @@ class ChunkMatch(BaseModel):
     score: float = Field(description="fused retrieval score (weighted RRF sum, ~0.1-0.3; key matches ~10)")
 
 
+class DestructiveOut(BaseModel):
+    """A destructive command (:mod:`copilot.destructive`) in an evidence line or in the answer:
+    shown marked; check it before running anything like it."""
+
+    command: str = Field(description="the command as written")
+    reason: str = Field(description="why it is destructive")
+    rule: str = Field(description="the rule that matched (rm-recursive-root, mkfs, drop-database, ...)")
+    start: int = Field(description="character offset in the evidence line, or in the answer")
+    end: int
+    highlight: int | None = Field(None, description="in sources[].destructive: index of the evidence line")
+
+
+def destructive_marks(highlights: Collection[str]) -> list[DestructiveOut]:
+    """The destructive commands of each evidence line, with the line's index."""
+    return [DestructiveOut(**m.to_dict(), highlight=i) for i, line in enumerate(highlights)
+            for m in find_destructive(line)]
+
+
 class SourceOut(BaseModel):
     """A source document: ``[n]`` in the answer refers to ``n`` here; no document appears twice."""
 
@@ -132,6 +160,8 @@ class SourceOut(BaseModel):
     url: str = Field(description="the document with its chunks (GET, relative to this server)")
     highlights: list[str] = Field(description="the 1-3 lines of the document that best answer the question, best "
                                   "first")
+    destructive: list[DestructiveOut] = Field(default_factory=list, description="destructive commands in the "
+                                              "evidence lines (rm -rf /, mkfs, dd of=/dev/..., DROP TABLE, ...)")
     snippet: str = Field(description="the start of the best matching chunk")
     score: float = Field(description="its best chunk's fused retrieval score")
     cited: bool = Field(False, description="the answer cites it")
@@ -147,6 +177,7 @@ class SourceOut(BaseModel):
                    key=None if key is None else str(key), doc_type=meta.get("doc_type"),
                    created=None if created is None else str(created),
                    url=f"/v1/documents/{quote(s.doc_id, safe='')}", highlights=list(s.highlights),
+                   destructive=destructive_marks(s.highlights),
                    snippet=s.passages[0].snippet(), score=round(s.score, 6), cited=s.n in cited,
                    chunks=[ChunkMatch(chunk_id=p.chunk.chunk_id, score=round(p.score, 6)) for p in s.passages])
 
@@ -187,6 +218,8 @@ class AskResponse(BaseModel):
                                             "source: not in the sources, check before running")
     not_found: bool = Field(False, description="the sources do not answer the question: the answer says so and "
                             "lists the closest entries (stats.grounding.reason says why)")
+    destructive: list[DestructiveOut] = Field(default_factory=list, description="destructive commands in the "
+                                              "answer: never run them as they are")
     stats: dict[str, Any]
 
 
@@ -197,7 +230,7 @@ class SearchRequest(BaseModel):
         {"question": "dc-pool-07 disk failure", "max_sources": 5, "filters": {"doc_types": ["jira"]}}]})
 
     question: Text = Field(min_length=1, description="what to look for (a question or keywords)")
-    max_sources: int | None = Field(None, ge=1, le=100, description="documents to return (default: the "
+    max_sources: Int | None = Field(None, ge=1, le=100, description="documents to return (default: the "
                                     "max_sources setting, else the prompt style's)")
     filters: Filters | None = None
 
@@ -304,7 +337,7 @@ class IngestPathRequest(BaseModel):
 
     path: Text = Field(min_length=1, max_length=4096,
                       description="relative to the ingest root, or absolute inside it; no '..'")
-    prune: bool = Field(False, description="delete documents whose source file is gone or whose entry vanished")
+    prune: Bool = Field(False, description="delete documents whose source file is gone or whose entry vanished")
 
 
 class IngestProgressOut(BaseModel):
@@ -316,6 +349,11 @@ class IngestProgressOut(BaseModel):
     documents_written: int = 0
     chunks_written: int = 0
     elapsed_s: float = 0.0
+    records_done: int = Field(0, description="records of the current file examined so far")
+    records_total: int = Field(0, description="records in the current file (0 until it is loaded)")
+    bytes_done: int = Field(0, description="bytes of the files done plus the done share of the current one")
+    bytes_total: int = Field(0, description="bytes of every file of the job")
+    eta_s: float | None = Field(None, description="estimated seconds left (null until some work is done)")
 
 
 class IngestJobOut(BaseModel):
@@ -323,8 +361,11 @@ class IngestJobOut(BaseModel):
 
     id: str
     kind: Literal["upload", "path"]
-    status: Literal["queued", "running", "succeeded", "failed", "interrupted"] = Field(
-        description="interrupted: its replica stopped before it finished; POST /v1/ingest/{id}/resume runs it again")
+    status: Literal["queued", "running", "succeeded", "partial", "failed", "interrupted"] = Field(
+        description="succeeded: every file and record was stored (or unchanged, or skipped); partial: some files "
+        "or records failed (report.counts, report.failed_records), the others were stored; failed: no file was "
+        "stored, or the run stopped (error); interrupted: its replica stopped before it finished. "
+        "POST /v1/ingest/{id}/resume runs an interrupted, failed or partial job again")
     created: datetime
     started: datetime | None = None
     finished: datetime | None = None
@@ -349,7 +390,7 @@ class IngestAccepted(BaseModel):
     """``POST /v1/ingest`` (and ``/v1/ingest/{id}/resume``) → 202: poll ``status_url``."""
 
     id: str
-    status: Literal["queued", "running", "succeeded", "failed", "interrupted"]
+    status: Literal["queued", "running", "succeeded", "partial", "failed", "interrupted"]
     status_url: str
     files: list[str]
 
@@ -360,10 +401,10 @@ class FeedbackSource(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n: int = Field(ge=1, le=1000, description="its number: [n] in the answer")
+    n: Int = Field(ge=1, le=1000, description="its number: [n] in the answer")
     doc_id: Text = Field(min_length=1, max_length=4096, description="the document id")
     title: Text | None = Field(None, max_length=2000)
-    cited: bool = Field(False, description="the answer cites it")
+    cited: Bool = Field(False, description="the answer cites it")
 
 
 class FeedbackQuote(BaseModel):
@@ -373,7 +414,7 @@ class FeedbackQuote(BaseModel):
 
     literal: Text = Field(min_length=1, max_length=20_000)
     kind: Text = Field("", max_length=32, description="code | command | path | setting | error | host | ...")
-    n: int = Field(ge=1, le=1000, description="the source that holds it")
+    n: Int = Field(ge=1, le=1000, description="the source that holds it")
     doc_id: Text = Field(min_length=1, max_length=4096)
 
 
@@ -401,7 +442,7 @@ class FeedbackRequest(BaseModel):
                                           description="the earlier turns the question was asked with")
     sources: list[FeedbackSource] = Field(default_factory=list, max_length=200)
     quotes: list[FeedbackQuote] = Field(default_factory=list, max_length=1000)
-    not_found: bool = Field(False, description="the answer said the sources do not answer the question")
+    not_found: Bool = Field(False, description="the answer said the sources do not answer the question")
     settings: JSONObject = Field(default_factory=dict, description="the request options the answer was asked with "
                                  "(max_sources, max_new_tokens, filters, ...), as sent to POST /v1/ask")
 

@@ -9,10 +9,15 @@ strings (filterable with ``$contains``), other non-scalars as JSON strings.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
-from collections.abc import Iterator, Sequence
+import os
+import sqlite3
+import struct
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -64,11 +69,27 @@ def sanitize_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def build_where(flt: SearchFilter | None) -> dict[str, Any] | None:
-    """Translate a :class:`SearchFilter` into a Chroma ``where`` clause (None = no filter)."""
+def build_where(flt: SearchFilter | None, folder_sources: Sequence[str] = ()) -> dict[str, Any] | None:
+    """Translate a :class:`SearchFilter` into a Chroma ``where`` clause (None = no filter).
+
+    Chroma's metadata operators (1.5: ``$eq $ne $gt $gte $lt $lte $in $nin``, and
+    ``$contains`` on list values) have no string prefix test, so a ``source_folders``
+    restriction is given as ``folder_sources``, the stored sources under those folders, and
+    becomes ``{"source": {"$in": folder_sources}}``.
+
+    Raises:
+        ValueError: ``match_none`` (no ``where`` matches nothing: the caller answers with no hits),
+            or ``source_folders`` without ``folder_sources`` (never widen a restriction).
+    """
     if flt is None:
         return None
+    if flt.match_none:
+        raise ValueError("a match_none filter has no Chroma where clause: answer with no hits")
     conditions: list[dict[str, Any]] = []
+    if flt.source_folders:
+        if not folder_sources:
+            raise ValueError("source_folders needs the stored sources under them (folder_sources)")
+        conditions.append({"source": {"$in": list(folder_sources)}})
     if flt.doc_types:
         conditions.append({"doc_type": {"$in": list(flt.doc_types)}})
     if flt.source is not None:
@@ -130,12 +151,16 @@ class ChromaStore:
         collection: collection name (3-512 chars of ``[a-zA-Z0-9._-]``).
         embedding_model: recorded in the collection metadata; opening a collection built
             with another model raises StoreError.
+        folder_sources: ``folders -> stored sources under them`` (the manifest's), for queries
+            restricted to source folders (see :func:`build_where`); ``None``: such a query raises.
     Raises:
         StoreError: the server is unreachable or the collection belongs to another model.
     """
 
-    def __init__(self, path: Path | None, url: str | None, collection: str, embedding_model: str) -> None:
+    def __init__(self, path: Path | None, url: str | None, collection: str, embedding_model: str,
+                 folder_sources: Callable[[Sequence[str]], list[str]] | None = None) -> None:
         self.url = url
+        self.folder_sources = folder_sources
         self.path = path
         self.collection_name = collection
         self.embedding_model = embedding_model
@@ -193,18 +218,91 @@ class ChromaStore:
             )
 
     def delete(self, ids: Sequence[str]) -> None:
-        """Delete records by id (missing ids are ignored), in batches."""
+        """Delete records by id (missing ids are ignored), in batches.
+
+        Each stored record is first overwritten with a blank one (the unit vector e0, empty
+        text): Chroma's HNSW index only marks a deleted element, so its vector would stay in
+        the segment's ``data_level0.bin``; an update overwrites it in place.
+        """
         ids = list(ids)
         for part in _batches(len(ids), self.max_batch_size):
+            got = self.collection.get(ids=ids[part], include=["embeddings"])
+            if got["ids"]:
+                blank = np.zeros((len(got["ids"]), len(got["embeddings"][0])), dtype=np.float32)
+                blank[:, 0] = 1.0
+                self.collection.upsert(ids=list(got["ids"]), embeddings=blank, documents=[""] * len(got["ids"]))
             self.collection.delete(ids=ids[part])
 
+    def purge(self) -> list[str]:
+        """Remove deleted records' bytes from the embedded Chroma's files (see :func:`purge_embedded`).
+
+        Returns:
+            Warnings for what could not be purged: everything, for a Chroma server (its files
+            are the server's; its operator runs ``chroma vacuum`` there).
+        """
+        if self.url:
+            return [f"the Chroma server at {self.url} keeps deleted records' bytes in its own files until its "
+                    "log is purged and its database vacuumed (`chroma vacuum --path ...` on the server)"]
+        assert self.path is not None
+        with self._sync_threshold(1):
+            self.collection.count()  # replays the log into the HNSW writer, which persists; Chroma purges the log
+        left = purge_embedded(self.path / "chroma.sqlite3", str(self.collection.id))
+        for header in self.path.glob("*/header.bin"):
+            zero_unused_hnsw_slots(header.parent)
+        self._reopen_client()
+        if left:
+            return [f"Chroma's log still holds {left} record(s) of collection {self.collection_name!r} "
+                    "(another client of this Chroma in this process keeps its HNSW unsaved)"]
+        return []
+
+    def compact(self) -> list[str]:
+        """Purge, as :meth:`purge` (the embedded database is vacuumed either way)."""
+        return self.purge()
+
+    @contextlib.contextmanager
+    def _sync_threshold(self, value: int) -> Iterator[None]:
+        """Run with the collection's HNSW ``sync_threshold`` at ``value`` (restored after).
+
+        Chroma persists its HNSW index, and records how far the log is applied, only every
+        ``sync_threshold`` records (1000 by default); it purges the log (``embeddings_queue``,
+        which holds every written record with its text) only up to that point. Chroma reads
+        the setting when it opens the collection's segments, hence the re-opening.
+        """
+        with warnings.catch_warnings():  # chromadb warns about our collection's embedding_function=None
+            warnings.simplefilter("ignore", DeprecationWarning)
+            hnsw = (self.collection.configuration or {}).get("hnsw") or {}
+        old = int(hnsw.get("sync_threshold") or 1000)
+        self.collection.modify(configuration={"hnsw": {"sync_threshold": value}})
+        self._reopen_client()
+        try:
+            yield
+        finally:
+            self.collection.modify(configuration={"hnsw": {"sync_threshold": old}})
+            self._reopen_client()
+
+    def _reopen_client(self) -> None:
+        self.client.close()
+        self._open()
+
     def query(self, embedding: Sequence[float] | np.ndarray, k: int, flt: SearchFilter | None = None) -> list[DenseHit]:
-        """The ``k`` nearest chunks by cosine similarity, best first."""
-        if k <= 0:
+        """The ``k`` nearest chunks by cosine similarity that pass ``flt``, best first (none for a
+        ``match_none`` filter, or folders that hold no stored source).
+
+        Raises:
+            ValueError: a ``source_folders`` filter on a store built without ``folder_sources``.
+        """
+        if k <= 0 or flt is not None and flt.match_none:
             return []
+        sources: list[str] = []
+        if flt is not None and flt.source_folders:
+            if self.folder_sources is None:
+                raise ValueError("this Chroma store cannot filter by source folder: no folder_sources given")
+            sources = self.folder_sources(flt.source_folders)  # per query: the stored sources change
+            if not sources:
+                return []
         result = self.collection.query(
             query_embeddings=np.asarray([embedding], dtype=np.float32), n_results=int(k),
-            where=build_where(flt), include=["distances", "documents", "metadatas"],
+            where=build_where(flt, sources), include=["distances", "documents", "metadatas"],
         )
         ids = result["ids"][0] if result["ids"] else []
         distances = (result.get("distances") or [[]])[0]
@@ -241,3 +339,67 @@ class ChromaStore:
     def heartbeat(self) -> None:
         """Raise if the Chroma client or server does not answer."""
         self.client.heartbeat()
+
+
+def purge_embedded(sqlite_path: Path, collection_id: str, timeout_s: float = 30.0) -> int:
+    """Rewrite an embedded Chroma's ``chroma.sqlite3`` without the bytes of deleted records.
+
+    Chroma deletes rows (``embeddings``, ``embedding_metadata`` with the document text,
+    its full-text table ``embedding_fulltext_search``) through its own SQLite, which does not
+    overwrite freed cells, and FTS5 keeps a deleted row's trigrams in older segments until
+    they are merged. So, on a connection of ours: FTS5 ``optimize`` (merges the segments,
+    dropping deleted entries; ``secure_delete`` zeroes what it frees), then ``VACUUM``
+    (copies live rows into a new file). Chroma's own ``chroma vacuum`` command runs the same
+    ``VACUUM`` after purging its log. Both are SQLite maintenance statements: what Chroma
+    reads does not change. Cost: one pass over the file (about 1 s for 80 MB).
+
+    Returns:
+        How many records of collection ``collection_id`` Chroma's log still holds besides
+        its newest one (which its purge always keeps): 0 when the log was purged.
+    Raises:
+        sqlite3.OperationalError: the file stayed locked for ``timeout_s`` seconds.
+    """
+    conn = sqlite3.connect(sqlite_path, timeout=timeout_s, isolation_level=None)
+    try:
+        conn.execute("PRAGMA secure_delete=ON")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'embedding_fulltext_search'").fetchone():
+            conn.execute("INSERT INTO embedding_fulltext_search(embedding_fulltext_search) VALUES ('optimize')")
+        conn.execute("VACUUM")
+        row = conn.execute("SELECT COUNT(*) - 1 FROM embeddings_queue WHERE topic LIKE ?",
+                           (f"%/{collection_id}",)).fetchone()
+        return max(0, int(row[0]))
+    finally:
+        conn.close()
+
+
+def zero_unused_hnsw_slots(segment_dir: Path) -> int:
+    """Overwrite the unused slots of a Chroma HNSW segment's ``data_level0.bin`` with zeros.
+
+    hnswlib saves its whole level-0 buffer: ``max_elements`` slots of ``size_per_element``
+    bytes, of which only the first ``cur_element_count`` are in use. The rest is memory it
+    allocated and never initialised, so it holds whatever the process freed before it — seen
+    here: the text of a chunk just deleted. hnswlib zeroes a slot itself when it takes one,
+    so zeros there change nothing it reads. Layout (``header.bin``): an int32 version (1),
+    then ``offsetLevel0, max_elements, cur_element_count, size_per_element`` as uint64.
+
+    Returns:
+        Bytes overwritten (0 when the layout is not the one described: the file is left alone).
+    """
+    header = (segment_dir / "header.bin").read_bytes()
+    data = segment_dir / "data_level0.bin"
+    if len(header) < 36 or not data.is_file():
+        return 0
+    (version,) = struct.unpack_from("<i", header, 0)
+    _, max_elements, used, per_element = struct.unpack_from("<4Q", header, 4)
+    size = data.stat().st_size
+    if version != 1 or max_elements * per_element != size or used > max_elements:
+        log.warning("%s: unknown HNSW file layout; its unused slots are not cleared", segment_dir.name)
+        return 0
+    start = used * per_element
+    with open(data, "r+b") as handle:
+        handle.seek(start)
+        for offset in range(start, size, 1 << 20):
+            handle.write(bytes(min(1 << 20, size - offset)))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return size - start

@@ -105,6 +105,21 @@ class Database:
         """Raise if the database does not answer."""
         self.query("SELECT 1")
 
+    def reclaim(self, tables: Sequence[str]) -> bool:
+        """After deletions: get the deleted rows' bytes out of the database's files, cheaply.
+
+        Args:
+            tables: the tables rows were deleted from (PostgreSQL vacuums these).
+        Returns:
+            True when done; False when it could not finish now (e.g. a reader holds the SQLite
+            write-ahead log), so a later call should run again.
+        """
+        return True
+
+    def compact(self, tables: Sequence[str]) -> None:
+        """Rewrite the database's files without free space (slow; blocks writers): SQLite
+        ``VACUUM``, PostgreSQL ``VACUUM FULL`` of ``tables``."""
+
     def close(self) -> None:
         """Release connections (the database is unusable afterwards)."""
 
@@ -128,6 +143,8 @@ class SqliteDatabase(Database):
                                      check_same_thread=False, timeout=30.0)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
+        # freed cells and pages are overwritten with zeros: a deleted row's text leaves the file
+        self._conn.execute("PRAGMA secure_delete=ON")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._lock:
@@ -190,6 +207,24 @@ class SqliteDatabase(Database):
                     handle.truncate()
                     handle.flush()
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def reclaim(self, tables: Sequence[str]) -> bool:
+        """Checkpoint the write-ahead log and truncate it to zero bytes: it still holds the page
+        images from before the deletion (``secure_delete`` has already zeroed the freed cells in
+        the new ones). False when another connection's read kept the checkpoint from finishing
+        (after the 30 s busy timeout)."""
+        with self._lock:
+            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            log.warning("%s: the write-ahead log is in use by another reader; deleted pages stay in "
+                        "index.sqlite3-wal until the next delete or `copilot store compact`", self.location)
+        return not busy
+
+    def compact(self, tables: Sequence[str]) -> None:
+        """``VACUUM`` (the file shrinks to its live pages), then truncate the write-ahead log."""
+        with self._lock:
+            self._conn.execute("VACUUM")
+        self.reclaim(tables)
 
     def close(self) -> None:
         with self._lock:
@@ -334,6 +369,25 @@ class PostgresDatabase(Database):
                     conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
         finally:
             conn.close()
+
+    def _vacuum(self, tables: Sequence[str], full: bool) -> None:
+        """``VACUUM [FULL]`` of those of ``tables`` that exist (outside any transaction)."""
+        existing = [t for t in tables if self.query("SELECT to_regclass(?)", (t,))[0][0] is not None]
+        if not existing:
+            return
+        with self.pool.connection() as conn:
+            conn.execute(f"VACUUM {'FULL ' if full else ''}{', '.join(existing)}")
+
+    def reclaim(self, tables: Sequence[str]) -> bool:
+        """Plain ``VACUUM`` of ``tables``: dead rows and their index entries are removed and their
+        space marked free (PostgreSQL does not zero it; ``compact`` rewrites the files)."""
+        self._vacuum(tables, full=False)
+        return True
+
+    def compact(self, tables: Sequence[str]) -> None:
+        """``VACUUM FULL`` of ``tables``: each is rewritten into new files and the old ones removed
+        (takes an exclusive lock on each table while it runs)."""
+        self._vacuum(tables, full=True)
 
     def close(self) -> None:
         self.pool.close()

@@ -52,3 +52,10 @@ class DenseIndex(Protocol):
 
     def reopen(self) -> None:
         """Drop cached state and read the index anew (after another process wrote to it)."""
+
+    def purge(self) -> list[str]:
+        """After deletions: remove deleted records' bytes from the index's files; returns
+        warnings for what could not be removed (e.g. a server's files)."""
+
+    def compact(self) -> list[str]:
+        """Like :meth:`purge`, and also rewrite the files without free space."""

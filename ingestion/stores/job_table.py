@@ -7,9 +7,11 @@ what ``GET /v1/ingest/{id}`` shows).
 
 Ownership is a lease: the replica running or queueing a job renews ``heartbeat`` (epoch
 seconds) every few seconds; a queued or running job whose lease expired — its replica was
-killed — is marked ``interrupted`` by whichever replica looks next, and so is every job a
-replica owned when it starts again. An interrupted (or failed) job can be claimed for a
-resume by one replica (an atomic ``UPDATE ... RETURNING``).
+killed — is marked ``interrupted`` by whichever replica looks next. Nothing else interrupts a
+job: a replica that starts (even under the name of one that died) never touches a job whose
+owner still renews its lease. Any replica may take a queued job to run it (:meth:`JobTable.take`),
+and an interrupted, failed or partial job can be claimed for a resume by one replica
+(:meth:`JobTable.claim`); both are one atomic ``UPDATE ... RETURNING``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ CREATE INDEX IF NOT EXISTS ingest_jobs_created ON ingest_jobs(created);
 """
 
 ACTIVE = ("queued", "running")
-RESUMABLE = ("interrupted", "failed")
+RESUMABLE = ("interrupted", "failed", "partial")
 
 
 @dataclass(frozen=True)
@@ -102,20 +104,33 @@ class JobTable:
         self.db.executemany("UPDATE ingest_jobs SET heartbeat = ? WHERE id = ? AND owner = ?",
                             [(now, job_id, owner) for job_id in job_ids])
 
-    def expire(self) -> None:
-        """Mark active jobs whose lease expired as interrupted."""
-        self.db.execute(f"UPDATE ingest_jobs SET status = 'interrupted' WHERE status IN {ACTIVE!r} "
-                        "AND heartbeat < ?", (time.time() - self.lease_s,))
-
-    def interrupt_owned(self, owner: str) -> list[str]:
-        """Mark every active job of ``owner`` as interrupted (it just started: they are not running); their ids."""
+    def expire(self) -> list[str]:
+        """Mark active jobs whose lease expired as interrupted; their ids."""
         rows = self.db.query(f"UPDATE ingest_jobs SET status = 'interrupted' WHERE status IN {ACTIVE!r} "
-                             "AND owner = ? RETURNING id", (owner,))
+                             "AND heartbeat < ? RETURNING id", (time.time() - self.lease_s,))
         return [r[0] for r in rows]
 
+    def queued(self) -> list[JobRow]:
+        """Queued jobs, oldest first (lease-expired ones are interrupted first)."""
+        self.expire()
+        rows = self.db.query(f"SELECT {_COLS} FROM ingest_jobs WHERE status = 'queued' ORDER BY created, id")
+        return [_row(r) for r in rows]
+
+    def owned_queued(self, owner: str) -> set[str]:
+        """Ids of the queued jobs ``owner`` still owns (not taken by another replica)."""
+        return {r[0] for r in self.db.query("SELECT id FROM ingest_jobs WHERE status = 'queued' AND owner = ?",
+                                            (owner,))}
+
+    def take(self, job_id: str, owner: str) -> JobRow | None:
+        """Take a queued job to run it now (``running``, owned by ``owner``); None when it is no
+        longer queued (another replica took it first)."""
+        rows = self.db.query(f"UPDATE ingest_jobs SET status = 'running', owner = ?, heartbeat = ? "
+                             f"WHERE id = ? AND status = 'queued' RETURNING {_COLS}", (owner, time.time(), job_id))
+        return _row(rows[0]) if rows else None
+
     def claim(self, job_id: str, owner: str) -> JobRow | None:
-        """Take an interrupted or failed job for a resume (queued, owned by ``owner``); None when
-        it is not resumable (or another replica claimed it first)."""
+        """Take an interrupted, failed or partial job for a resume (queued, owned by ``owner``);
+        None when it is not resumable (or another replica claimed it first)."""
         self.expire()
         rows = self.db.query(f"UPDATE ingest_jobs SET status = 'queued', owner = ?, heartbeat = ? "
                              f"WHERE id = ? AND status IN {RESUMABLE!r} RETURNING {_COLS}",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -122,14 +123,35 @@ def _chunk_from_row(row: Sequence[Any]) -> Chunk:
     return Chunk(chunk_id=chunk_id, doc_id=doc_id, text=text, metadata=json.loads(metadata_json))
 
 
+def folder_sql(folders: Sequence[str]) -> tuple[str, list[Any]]:
+    """``c.source`` equal to or under one of ``folders`` (whole path segments) as one SQL
+    condition and its parameters. A prefix is compared with ``substr`` rather than ``LIKE``:
+    SQLite's ``LIKE`` ignores ASCII case (``Tickets/Security`` would pass for
+    ``tickets/security``) and gives ``%`` and ``_`` in a folder name a meaning; ``substr``
+    compares characters exactly, in SQLite and PostgreSQL alike."""
+    if not folders:
+        return "FALSE", []
+    params: list[Any] = []
+    for folder in folders:
+        params += [folder, len(folder) + 1, folder + "/"]
+    return "(" + " OR ".join(["(c.source = ? OR substr(c.source, 1, ?) = ?)"] * len(folders)) + ")", params
+
+
 def filter_sql(flt: SearchFilter | None) -> tuple[str, list[Any]]:
     """A :class:`SearchFilter` as SQL conditions on the filter columns (doc_type, source, key,
     created_ts) of the table aliased ``c``: ``(" AND c.doc_type IN (?,?) ...", params)``, or
-    ``("", [])`` for no filter. Shared by the lexical index and the pgvector table."""
+    ``("", [])`` for no filter; ``match_none`` is ``" AND FALSE"``. Shared by the lexical
+    index, the pgvector table and the manifest's document list."""
     if flt is None:
         return "", []
+    if flt.match_none:
+        return " AND FALSE", []
     clauses: list[str] = []
     params: list[Any] = []
+    if flt.source_folders:
+        clause, folder_params = folder_sql(flt.source_folders)
+        clauses.append(clause)
+        params.extend(folder_params)
     if flt.doc_types:
         clauses.append(f"c.doc_type IN ({','.join('?' * len(flt.doc_types))})")
         params.extend(flt.doc_types)
@@ -207,11 +229,51 @@ class LexicalIndex:
         """Number of chunk rows."""
         return int(self.db.query("SELECT COUNT(*) FROM chunks")[0][0])
 
+    def scrub(self) -> None:
+        """After deletions: remove what the full-text index still keeps of deleted chunks
+        (nothing to do here: PostgreSQL's GIN entries go with ``VACUUM``)."""
+
+    def compact(self) -> None:
+        """Rewrite the full-text index in its most compact form (nothing to do here)."""
+
+
+FTS5_SECURE_DELETE_SINCE = (3, 42, 0)
+"""SQLite version whose FTS5 has the ``secure-delete`` option (https://sqlite.org/fts5.html)."""
+
+
+def fts5_secure_delete_available(version: str | None = None) -> bool:
+    """Whether this SQLite's FTS5 has ``secure-delete`` (``version``: default the runtime's)."""
+    parts = tuple(int(p) for p in (version or sqlite3.sqlite_version).split(".")[:3])
+    return parts >= FTS5_SECURE_DELETE_SINCE
+
 
 class Fts5LexicalIndex(LexicalIndex):
-    """SQLite FTS5 with BM25 ranking (score = ``-bm25()``)."""
+    """SQLite FTS5 with BM25 ranking (score = ``-bm25()``).
+
+    Deleting a row only appends a "delete" entry to FTS5's segments: the deleted chunk's
+    terms and positions stay in the older segments until they are merged. With SQLite >=
+    3.42 the table's ``secure-delete`` option is set, so a deletion removes them at once
+    (such a table cannot be opened by an older SQLite afterwards); before that,
+    :meth:`scrub` merges every segment into one (FTS5 ``optimize``), which drops them.
+    """
 
     schema = FTS5_SCHEMA
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.secure_delete = fts5_secure_delete_available()
+        if self.secure_delete and not db.query("SELECT v FROM chunks_fts_config WHERE k = 'secure-delete' AND v = 1"):
+            db.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('secure-delete', 1)")
+
+    def scrub(self) -> None:
+        """Remove deleted chunks' terms from the FTS5 segments (``optimize`` unless
+        ``secure-delete`` already did; cost: one pass over the whole index)."""
+        if not self.secure_delete:
+            self.compact()
+
+    def compact(self) -> None:
+        """Merge every FTS5 segment into one (FTS5 ``optimize``)."""
+        self.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
 
     def search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[tuple[Chunk, float]]:
         match = fts_query(query)

@@ -22,7 +22,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ingestion.documents import SearchFilter
 from ingestion.stores.database import Database
+from ingestion.stores.lexical_index import filter_sql, folder_sql
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -156,6 +158,15 @@ class Manifest:
         self.db.executemany("UPDATE documents SET source_abs = ? WHERE doc_id = ?",
                               [(source_abs, doc_id) for doc_id, source_abs in moves])
 
+    def detach_file(self, source_abs: str) -> int:
+        """Forget that documents came from the file ``source_abs`` (its stored copy is being
+        removed): they stay stored, are no longer pruned for the file being gone, and a new
+        ingest of a file with their source name replaces them. Returns how many there were."""
+        n = int(self.db.query("SELECT COUNT(*) FROM documents WHERE source_abs = ?", (source_abs,))[0][0])
+        self.db.execute("UPDATE documents SET source_abs = NULL WHERE source_abs = ?", (source_abs,))
+        self.forget_files(sources_abs=[source_abs])
+        return n
+
     def mark_stale(self, doc_id: str, extent: int) -> None:
         """Force the document to be rewritten on its next ingest; remember Chroma may hold ``extent`` chunks."""
         self.db.execute(
@@ -163,14 +174,21 @@ class Manifest:
             "chroma_extent = CASE WHEN chroma_extent > ? THEN chroma_extent ELSE ? END WHERE doc_id = ?",
             (extent, extent, doc_id))
 
-    def page(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
-        """A page of documents ordered by source then doc_id, and the total count."""
-        total = self.count()
+    def page(self, offset: int, limit: int, flt: SearchFilter | None = None) -> tuple[list[dict[str, Any]], int]:
+        """A page of the documents that pass ``flt`` (None: all) ordered by source then doc_id, and
+        how many pass it."""
+        where, params = filter_sql(flt)
+        total = int(self.db.query(f"SELECT COUNT(*) FROM documents c WHERE TRUE{where}", params)[0][0])
         rows = self.db.query(
-            "SELECT doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts FROM documents "
-            "ORDER BY source, doc_id LIMIT ? OFFSET ?", (int(limit), int(offset)))
+            "SELECT doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts FROM documents c "
+            f"WHERE TRUE{where} ORDER BY source, doc_id LIMIT ? OFFSET ?", [*params, int(limit), int(offset)])
         names = ("doc_id", "source", "title", "doc_type", "n_chunks", "content_hash", "key", "created_ts")
         return [dict(zip(names, r)) for r in rows], total
+
+    def sources_under(self, folders: Sequence[str]) -> list[str]:
+        """The distinct stored sources equal to or under one of ``folders`` (whole path segments)."""
+        clause, params = folder_sql(folders)
+        return [r[0] for r in self.db.query(f"SELECT DISTINCT source FROM documents c WHERE {clause}", params)]
 
     def count(self) -> int:
         """Number of documents."""

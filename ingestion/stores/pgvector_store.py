@@ -113,8 +113,9 @@ class PgVectorStore:
         self.db.executemany(f"DELETE FROM {TABLE} WHERE chunk_id = ?", [(i,) for i in ids])
 
     def query(self, embedding: Sequence[float] | np.ndarray, k: int, flt: SearchFilter | None = None) -> list[DenseHit]:
-        """The ``k`` nearest chunks by cosine similarity (exact when filtered, HNSW otherwise), best first."""
-        if k <= 0 or self._refresh_dim() is None:
+        """The ``k`` nearest chunks by cosine similarity that pass ``flt`` (exact when filtered, HNSW
+        otherwise), best first; source folders are matched in SQL (:func:`filter_sql`)."""
+        if k <= 0 or flt is not None and flt.match_none or self._refresh_dim() is None:
             return []
         where, params = filter_sql(flt)
         with self.db.transaction():
@@ -166,4 +167,16 @@ class PgVectorStore:
     def reopen(self) -> None:
         """Nothing to drop: every query reads the server's current state."""
         self._refresh_dim()
+
+    def purge(self) -> list[str]:
+        """After deletions: plain ``VACUUM`` of the table (dead rows and their HNSW and filter
+        index entries removed; PostgreSQL leaves the freed space unzeroed until reused, and its
+        WAL keeps the rows for as long as the server retains WAL). No warnings."""
+        self.db.reclaim([TABLE])
+        return []
+
+    def compact(self) -> list[str]:
+        """``VACUUM FULL`` of the table: rewritten into new files, the old ones removed."""
+        self.db.compact([TABLE])
+        return []
 

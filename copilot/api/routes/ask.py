@@ -9,6 +9,7 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Depends, HTTPException, Request
 from sse_starlette import EventSourceResponse
 
+from copilot.access import Access
 from copilot.api import generation
 from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service
 from copilot.api.generation import GenerationFailedError
@@ -27,9 +28,10 @@ STREAMED = streamed("one `sources` event, `delta` events, one `done` event (or `
                     'event: done\ndata: {"answer": "...", "sources": [...], "cited": [1], "stats": {...}}\n\n')
 
 
-@router.post("/ask", response_model=AskResponse, responses={**ERRORS, **STREAMED}, dependencies=[Depends(ask_auth)])
+@router.post("/ask", response_model=AskResponse, responses={**ERRORS, **STREAMED})
 async def ask(body: AskRequest, request: Request, service: CopilotService = Depends(get_service),
-              scheduler: BatchScheduler = Depends(get_scheduler), metrics: Metrics = Depends(get_metrics)):
+              scheduler: BatchScheduler = Depends(get_scheduler), metrics: Metrics = Depends(get_metrics),
+              access: Access = Depends(ask_auth)):
     """Answer a question from the logbooks and tickets, citing passages as [n].
 
     Sources are documents (one entry each, matched chunks under it) with evidence lines
@@ -39,7 +41,8 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
     sources: ``quotes`` name where each was found (source, chunk, offsets), ``unverified``
     lists those found in none. When the sources do not answer (a named host, ticket, error or
     day in none of them, or no evidence close to the question), ``not_found`` is true and the
-    answer says so and lists the closest entries, without running the model.
+    answer says so and lists the closest entries, without running the model. Only documents the
+    API key may read are retrieved (its scope: document types and source folders).
 
     With ``"stream": true`` the response is ``text/event-stream``: one ``sources`` event
     (``{"sources": [...]}``, before the answer starts), ``delta`` events (``{"text": ...}``;
@@ -55,7 +58,7 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
         service, body.question, max_sources=body.max_sources, max_new_tokens=body.max_new_tokens,
         flt=body.filters.to_search_filter() if body.filters else None,
         history=[ChatTurn(m.role, m.content) for m in body.history], temperature=body.temperature,
-        top_p=body.top_p, seed=body.seed, **body.logits_settings(), **body.speculation_settings())
+        top_p=body.top_p, seed=body.seed, access=access, **body.logits_settings(), **body.speculation_settings())
     run = generation.start(request, service, scheduler, metrics, question, endpoint="ask", started=started)
 
     if body.stream:  # the response starts now: heartbeats flow while the question waits in the queue

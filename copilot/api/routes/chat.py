@@ -33,6 +33,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
+from copilot.access import FULL_ACCESS, Access
 from copilot.api import generation
 from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
 from copilot.api.errors import ParameterError, error_body
@@ -122,12 +123,15 @@ def _texts(body: ChatCompletionRequest) -> list[str]:
     return texts
 
 
-def chat_question(body: ChatCompletionRequest, service: CopilotService, names: dict[str, str]) -> Question:
+def chat_question(body: ChatCompletionRequest, service: CopilotService, names: dict[str, str],
+                  access: Access = FULL_ACCESS) -> Question:
     """The checked question of a chat request: the last message, the earlier user and assistant
     turns as history (sources footers removed), system messages as instructions.
 
     Args:
         names: the client's parameter names for errors (see :func:`copilot.api.generation.question`).
+        access: what the caller may read (retrieval, so the sources and their footer; the
+            answer-history partition).
 
     Raises:
         HTTPException: 400 naming the parameter (a prompt over the budget included), 404 unknown model.
@@ -145,16 +149,15 @@ def chat_question(body: ChatCompletionRequest, service: CopilotService, names: d
         service, texts[-1], names, mode="rag" if body.use_context else "chat", max_sources=body.max_sources,
         flt=body.filters.to_search_filter() if body.filters else None,
         history=history, instructions=body.instructions(), max_new_tokens=body.max_new_tokens,
-        **body.generation_settings())
+        access=access, **body.generation_settings())
 
 
-@router.post("/chat/completions", response_model=ChatCompletion, responses={**ERRORS, **STREAMED},
-             dependencies=[Depends(ask_auth)])
+@router.post("/chat/completions", response_model=ChatCompletion, responses={**ERRORS, **STREAMED})
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            settings: Settings = Depends(get_settings),
                            service: CopilotService = Depends(get_service),
                            scheduler: BatchScheduler = Depends(get_scheduler),
-                           metrics: Metrics = Depends(get_metrics)):
+                           metrics: Metrics = Depends(get_metrics), access: Access = Depends(ask_auth)):
     """Answer the last user message over the logbooks and tickets (OpenAI chat format).
 
     Errors: 400 invalid request or a parameter the server does not implement (``n`` > 1,
@@ -164,7 +167,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     """
     started = time.perf_counter()
     names = {"max_new_tokens": body.budget_param, "prompt": "messages"}
-    question = chat_question(body, service, names)
+    question = chat_question(body, service, names, access)
     run = generation.start(request, service, scheduler, metrics, question, endpoint="chat", started=started,
                            params=names)
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model, service.fingerprint)
@@ -205,7 +208,7 @@ class Reply:
         """One ``chat.completion.chunk`` as JSON, the extensions only where they apply."""
         data = ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
                                    system_fingerprint=self.fingerprint, **fields).model_dump(mode="json")
-        for key in ("usage", "sources", "quotes", "unverified", "not_found", "stats"):
+        for key in ("usage", "sources", "quotes", "unverified", "not_found", "destructive", "stats"):
             if data[key] is None:
                 del data[key]
         for choice in data["choices"]:

@@ -15,6 +15,7 @@ import uuid
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
+from copilot.access import FULL_ACCESS, Access
 from copilot.api import generation
 from copilot.api.completion_schemas import Completion, CompletionChoice, CompletionRequest
 from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
@@ -38,8 +39,10 @@ STREAMED = streamed("`text_completion` chunks (`choices[0].text` is the delta), 
                     'data: {"object": "text_completion", "choices": [{"text": " a disk"}], ...}\n\ndata: [DONE]\n\n')
 
 
-def completion_questions(body: CompletionRequest, service: CopilotService) -> list[Question]:
-    """One checked ``completion`` question per prompt.
+def completion_questions(body: CompletionRequest, service: CopilotService,
+                         access: Access = FULL_ACCESS) -> list[Question]:
+    """One checked ``completion`` question per prompt (no retrieval; ``access`` names the
+    answer-history partition the drafter may use).
 
     Raises:
         HTTPException: 400 naming the parameter, 404 unknown model, 413 a prompt over the budget.
@@ -57,7 +60,7 @@ def completion_questions(body: CompletionRequest, service: CopilotService) -> li
         raise ParameterError(status.HTTP_400_BAD_REQUEST, f"prompt: at most {service.settings.max_batch} prompts "
                              f"per request (the batch size), got {len(prompts)}", "prompt", "invalid_value")
     return [generation.question(service, p, NAMES, mode="completion", max_new_tokens=body.max_tokens,
-                                **body.generation_settings()) for p in prompts]
+                                access=access, **body.generation_settings()) for p in prompts]
 
 
 def _start_all(request: Request, service: CopilotService, scheduler: BatchScheduler, metrics: Metrics,
@@ -80,11 +83,11 @@ def _finish(reason: str) -> str:
     return "length" if reason == "length" else "stop"
 
 
-@router.post("/completions", response_model=Completion, responses={**ERRORS, **STREAMED},
-             dependencies=[Depends(ask_auth)])
+@router.post("/completions", response_model=Completion, responses={**ERRORS, **STREAMED})
 async def completions(body: CompletionRequest, request: Request, settings: Settings = Depends(get_settings),
                       service: CopilotService = Depends(get_service),
-                      scheduler: BatchScheduler = Depends(get_scheduler), metrics: Metrics = Depends(get_metrics)):
+                      scheduler: BatchScheduler = Depends(get_scheduler), metrics: Metrics = Depends(get_metrics),
+                      access: Access = Depends(ask_auth)):
     """Complete the prompt(s) (OpenAI completions format; ``stream`` gives ``text_completion``
     chunks, then ``[DONE]``).
 
@@ -94,7 +97,7 @@ async def completions(body: CompletionRequest, request: Request, settings: Setti
     (with Retry-After).
     """
     started = time.perf_counter()
-    questions = completion_questions(body, service)
+    questions = completion_questions(body, service, access)
     runs = _start_all(request, service, scheduler, metrics, questions, started)
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model,
             "system_fingerprint": service.fingerprint}

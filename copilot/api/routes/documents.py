@@ -6,7 +6,9 @@ takes the rest of the path, so ``/`` may be sent as is, but ``#`` must be sent a
 (``%2F``, ``%23``) works too.
 
 Reading needs an API key when keys are configured, unless ``public_reads``; deleting
-always needs one then.
+always needs one then, with the ``delete`` right. A key sees only the documents its scope
+may read: the list is filtered in the store, and any other id answers 404, exactly as an
+unknown one (so a key does not learn which documents exist outside its scope).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import asyncio
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
-from copilot.api.dependencies import get_service, read_auth, require_api_key
+from copilot.access import Access
+from copilot.api.dependencies import delete_access, get_service, read_auth
 from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse, Text
 from copilot.service import CopilotService
 
@@ -25,36 +28,42 @@ router = APIRouter(prefix="/v1/documents", tags=["documents"])
 _READ_ERRORS = {code: {"model": ErrorResponse} for code in (401, 403)}
 
 
-@router.get("", response_model=DocumentPage, dependencies=[Depends(read_auth)], responses=_READ_ERRORS)
+@router.get("", response_model=DocumentPage, responses=_READ_ERRORS)
 async def list_documents(offset: int = Query(0, ge=0, le=2**63 - 1, description="documents to skip"),
                          limit: int = Query(50, ge=1, le=1000, description="page size"),
-                         service: CopilotService = Depends(get_service)) -> DocumentPage:
-    """A page of stored documents, ordered by source then id, with the total count."""
-    rows, total = await asyncio.to_thread(service.store.list_documents, offset, limit)
+                         service: CopilotService = Depends(get_service),
+                         access: Access = Depends(read_auth)) -> DocumentPage:
+    """A page of the stored documents the key may read, ordered by source then id, with their count."""
+    rows, total = await asyncio.to_thread(service.store.list_documents, offset, limit, access.restrict(None))
     return DocumentPage(total=total, offset=offset, limit=limit, documents=[DocumentOut.from_row(r) for r in rows])
 
 
-@router.get("/{doc_id:path}", response_model=DocumentDetail, dependencies=[Depends(read_auth)],
+@router.get("/{doc_id:path}", response_model=DocumentDetail,
             responses={**_READ_ERRORS, 404: {"model": ErrorResponse}})
-async def get_document(doc_id: Text, service: CopilotService = Depends(get_service)) -> DocumentDetail:
-    """One document with its chunks (404 if unknown)."""
+async def get_document(doc_id: Text, service: CopilotService = Depends(get_service),
+                       access: Access = Depends(read_auth)) -> DocumentDetail:
+    """One document with its chunks (404 if unknown, or outside the key's scope)."""
     info = await asyncio.to_thread(service.store.get_document_info, doc_id)
-    if info is None:
+    if info is None or not access.allows(info):
         raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
     chunks = await asyncio.to_thread(service.store.get_document_chunks, doc_id)
     base = DocumentOut.from_row(info)
     return DocumentDetail(**base.model_dump(), chunks=[ChunkOut(chunk_id=c.chunk_id, text=c.text) for c in chunks])
 
 
-@router.delete("/{doc_id:path}", response_model=DeleteResponse, dependencies=[Depends(require_api_key)],
+@router.delete("/{doc_id:path}", response_model=DeleteResponse,
                responses={code: {"model": ErrorResponse} for code in (401, 403, 404)})
-async def delete_document(doc_id: Text, service: CopilotService = Depends(get_service)) -> DeleteResponse:
-    """Delete a document and all its chunks from both indexes (needs an API key when keys are set).
+async def delete_document(doc_id: Text, service: CopilotService = Depends(get_service),
+                          access: Access = Depends(delete_access)) -> DeleteResponse:
+    """Delete a document and all its chunks from both indexes (needs an API key with the
+    ``delete`` right when keys are set; 404 for a document outside the key's read scope).
 
-    Its source file's fingerprint is dropped, so re-ingesting that file brings it back.
+    Its bytes leave the store's files too; an uploaded file it came from is removed (its other
+    documents stay stored); a server-side file is left alone, and re-ingesting it brings it back.
     """
     info = await asyncio.to_thread(service.store.get_document_info, doc_id)
-    if info is None or not await asyncio.to_thread(service.store.delete_document, doc_id):
+    if info is None or not access.allows(info) or not await asyncio.to_thread(
+            service.store.delete_document, doc_id, uploads_dir=service.settings.uploads_dir):
         raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
     return DeleteResponse(deleted=doc_id, chunks=int(info.get("n_chunks") or 0))
 

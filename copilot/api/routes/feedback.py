@@ -4,7 +4,9 @@
 Ratings are kept in the store's database (:class:`ingestion.stores.feedback_table.FeedbackTable`),
 so every replica of a shared store sees them. Rating needs what asking needs (a key when keys
 are configured, unless ``public_reads``); listing and exporting show other people's questions,
-so they always need a key when keys are configured.
+so they always need a key when keys are configured. A key with a read scope lists and exports
+only the ratings made under its own scope, and those that name at least one source, all of
+which it may read, and no earlier turns (which may quote other documents).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import Response
 
-from copilot.api.dependencies import ask_auth, get_settings, require_api_key
+from copilot.access import Access
+from copilot.api.dependencies import ask_auth, get_service, get_settings, require_api_key
 from copilot.api.schemas import ErrorResponse, FeedbackCreated, FeedbackOut, FeedbackPage, FeedbackRequest
 from copilot.config import Settings
 from copilot.feedback_export import export_questions
+from copilot.service import CopilotService
 from ingestion.stores.feedback_table import FeedbackRow, FeedbackTable
 
 router = APIRouter(prefix="/v1/feedback", tags=["feedback"])
@@ -41,43 +45,72 @@ def _created(row: FeedbackRow) -> datetime:
     return datetime.fromtimestamp(row.created, UTC)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedbackCreated, responses=_ERRORS,
-             dependencies=[Depends(ask_auth)])
+def readable(rows: list[FeedbackRow], access: Access, service: CopilotService) -> list[FeedbackRow]:
+    """The ratings ``access`` may see: all of them for a key without a read scope; else those
+    rated under its own scope, and those naming at least one source (shown or quoted), every one
+    a stored document it may read, and no earlier turns."""
+    if access.reads_all:
+        return rows
+
+    def doc_ids(row: FeedbackRow) -> set[str]:
+        record = row.record
+        return {s["doc_id"] for s in record.get("sources") or []} | {q["doc_id"] for q in record.get("quotes") or []}
+
+    allowed: set[str] = set()
+    for doc_id in {d for r in rows for d in doc_ids(r)}:
+        info = service.store.get_document_info(doc_id)
+        if info is not None and access.allows(info):
+            allowed.add(doc_id)
+    return [r for r in rows if r.record.get("scope") == access.partition
+            or not r.record.get("history") and doc_ids(r) and doc_ids(r) <= allowed]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedbackCreated, responses=_ERRORS)
 async def add_feedback(body: FeedbackRequest, settings: Settings = Depends(get_settings),
-                       table: FeedbackTable = Depends(get_feedback)) -> FeedbackCreated:
+                       table: FeedbackTable = Depends(get_feedback),
+                       access: Access = Depends(ask_auth)) -> FeedbackCreated:
     """Store a 👍/👎 on an answer with its question, earlier turns, sources, quotes and the
-    settings it was asked with (and the target model that answered).
+    settings it was asked with (and the target model that answered, and the rater's read scope).
 
     Errors: 400 invalid body (the field is named: an unknown rating, an empty question, a quote
     naming no listed source, ...), 401/403 key, 413 body over the size limit.
     """
-    record = {**body.model_dump(mode="json"), "model": settings.target_model}
+    record = {**body.model_dump(mode="json"), "model": settings.target_model, "scope": access.partition}
     row = await asyncio.to_thread(table.add, body.rating, record)
     return FeedbackCreated(id=row.id, created=_created(row))
 
 
-@router.get("", response_model=FeedbackPage, responses=_ERRORS, dependencies=[Depends(require_api_key)])
+@router.get("", response_model=FeedbackPage, responses=_ERRORS)
 async def list_feedback(rating: Literal["up", "down"] | None = Query(None, description="only these ratings"),
                         offset: int = Query(0, ge=0, le=2**63 - 1, description="ratings to skip"),
                         limit: int = Query(50, ge=1, le=1000, description="page size"),
-                        table: FeedbackTable = Depends(get_feedback)) -> FeedbackPage:
-    """A page of stored ratings, newest first, with the total count (a key is needed when keys are set)."""
-    rows, total = await asyncio.to_thread(table.page, rating, offset, limit)
+                        table: FeedbackTable = Depends(get_feedback), service: CopilotService = Depends(get_service),
+                        access: Access = Depends(require_api_key)) -> FeedbackPage:
+    """A page of the stored ratings the key may see (see the module docstring), newest first, with
+    their count (a key is needed when keys are set)."""
+    if access.reads_all:
+        rows, total = await asyncio.to_thread(table.page, rating, offset, limit)
+    else:
+        every, _ = await asyncio.to_thread(table.page, rating, 0, 2**62)
+        visible = await asyncio.to_thread(readable, every, access, service)
+        rows, total = visible[offset:offset + limit], len(visible)
     return FeedbackPage(total=total, offset=offset, limit=limit,
                         feedback=[FeedbackOut(**r.record, id=r.id, created=_created(r)) for r in rows])
 
 
-@router.get("/export", response_class=Response, dependencies=[Depends(require_api_key)],
+@router.get("/export", response_class=Response,
             responses={**_ERRORS, 200: {"description": "one question per line (questions.jsonl)",
                                         "content": {EXPORT_MEDIA_TYPE: {"example": _EXPORT_EXAMPLE}}}})
-async def export_feedback(table: FeedbackTable = Depends(get_feedback)) -> Response:
+async def export_feedback(table: FeedbackTable = Depends(get_feedback), service: CopilotService = Depends(get_service),
+                          access: Access = Depends(require_api_key)) -> Response:
     """The 👍 ratings as a question set for ``copilot eval answers --questions FILE`` (the
     ``questions.jsonl`` format): a "not found" answer becomes an unanswerable question, an answer
     that quoted a source a copy question (the literal is the span to quote), any other an
     explain question. 👎 ratings and follow-ups (asked with earlier turns) are left out; see
-    :mod:`copilot.feedback_export`.
+    :mod:`copilot.feedback_export`. A key with a read scope exports the ratings it may see.
     """
-    lines = export_questions(await asyncio.to_thread(table.all, "up"))
+    rows = await asyncio.to_thread(table.all, "up")
+    lines = export_questions(await asyncio.to_thread(readable, rows, access, service))
     body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     return Response(body, media_type=EXPORT_MEDIA_TYPE,
                     headers={"Content-Disposition": 'attachment; filename="feedback-questions.jsonl"'})

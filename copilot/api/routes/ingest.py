@@ -14,24 +14,46 @@ Two request forms (chosen by ``Content-Type``):
   :mod:`ingestion.uploads`). Limit: ``max_upload_bytes``.
 - ``application/json``: ``{"path": ..., "prune": false}``, a file or folder on the
   server that must lie under ``ingest_root``. Limit: ``max_body_bytes``.
+
+Every route needs a key with the ``ingest`` right (when keys are configured). A key restricted
+to source folders may only ingest files whose sources lie under them (uploads: ``folder`` and
+the file name; paths: the sources relative to the path), and sees only the jobs all of whose
+files lie under them (jobs show file names, counts and errors, never document text); any
+other job answers 404. ``prune`` deletes documents wherever the job reaches, so it needs the
+``delete`` right and a key without a read scope.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
-from copilot.api.dependencies import get_ingest_jobs, get_settings, require_api_key
+from copilot.access import Access
+from copilot.api.dependencies import get_ingest_jobs, get_settings, ingest_access
 from copilot.api.jobs import IngestJob, IngestJobManager, PathRejectedError, resolve_ingest_path
 from copilot.api.schemas import ErrorResponse, IngestAccepted, IngestJobList, IngestJobOut, IngestPathRequest
 from copilot.config import Settings
-from ingestion.uploads import UploadConflictError, UploadNameError, UploadPathError, UploadRejectedError, safe_folder
+from ingestion.uploads import (
+    UploadConflictError,
+    UploadNameError,
+    UploadPathError,
+    UploadRejectedError,
+    UploadStorageError,
+    safe_folder,
+    safe_upload_name,
+)
 
-router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[Depends(require_api_key)])
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[Depends(ingest_access)])
+#: Jobs read to filter a folder-restricted key's list (the store keeps at most ~200 finished ones).
+_ALL_JOBS = 10_000
 
 _TRUE = {"1", "true", "yes", "on"}
 _OPENAPI_BODY = {
@@ -57,6 +79,8 @@ _UPLOAD_STATUS: dict[type[UploadRejectedError], int] = {UploadNameError: 422, Up
 
 
 def _reject(exc: PathRejectedError | UploadRejectedError) -> HTTPException:
+    if isinstance(exc, UploadStorageError):
+        return HTTPException(exc.status, str(exc), headers={"Retry-After": "60"})
     if isinstance(exc, UploadRejectedError):
         return HTTPException(_UPLOAD_STATUS.get(type(exc), 400), str(exc))
     headers = {"Retry-After": "10"} if exc.status == 503 else None
@@ -64,15 +88,20 @@ def _reject(exc: PathRejectedError | UploadRejectedError) -> HTTPException:
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted, openapi_extra=_OPENAPI_BODY,
-             responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422, 503)})
+             responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422, 503,
+                                                                     507)})
 async def start_ingest(request: Request, settings: Settings = Depends(get_settings),
-                       jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestAccepted:
+                       jobs: IngestJobManager = Depends(get_ingest_jobs),
+                       access: Access = Depends(ingest_access)) -> IngestAccepted:
     """Start an ingest job (uploaded files or a server-side path); answers 202 with the job id.
 
     Errors: 400 ``..`` in a path or a malformed form, 403 path outside the ingest root (or
-    server-side ingest disabled), 404 no such path, 409 an upload folder that crosses an
+    server-side ingest disabled, or sources outside the key's folders, or ``prune`` without the
+    right), 404 no such path, 409 an upload folder that crosses an
     uploaded file (or a file name that is an upload folder), 413 body too large, 415 other
-    content types, 422 invalid fields or no files, 503 too many pending jobs. Per-file
+    content types, 422 invalid fields or no files, 503 too many pending jobs (or an unwritable
+    uploads folder), 507 no space for the upload. A ``folder`` name over 255 bytes, or a folder
+    over 32 names or 1,024 bytes, is a 400. Per-file
     outcomes (``skipped`` for named pipes, sockets and devices; ``failed_records`` for bad
     records) are in the job's report.
     """
@@ -86,6 +115,7 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
                     raise PathRejectedError(422, "no files: send them in the multipart field 'files'")
                 folder = safe_folder(_text(form.get("folder")))
                 prune = (_text(form.get("prune")) or "").lower() in _TRUE
+                check_job_scope(access, [(folder / safe_upload_name(u.filename)).as_posix() for u in uploads], prune)
                 paths = await asyncio.to_thread(jobs.uploads.stage, job_id, [(u.filename, u.file) for u in uploads],
                                                 folder)
             job = IngestJob(job_id, "upload", paths, jobs.uploads.staging_dir(job_id), prune=prune, folder=folder)
@@ -96,6 +126,7 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
                 raise RequestValidationError(exc.errors(include_url=False)) from exc
             root, files = await asyncio.to_thread(resolve_ingest_path, body.path, settings.ingest_root)
             job = IngestJob(job_id, "path", files, root, prune=body.prune)
+            check_job_scope(access, job.sources(), job.prune)
         else:
             raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
                                 f"unsupported Content-Type {content_type!r}: send multipart/form-data files "
@@ -104,6 +135,12 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
     except (PathRejectedError, UploadRejectedError) as exc:
         jobs.uploads.discard(job_id)
         raise _reject(exc) from exc
+    except OSError as exc:  # e.g. the request body spooled to a full disk: one line, no traceback
+        jobs.uploads.discard(job_id)
+        log.error("ingest request %s: cannot take it: %s", job_id, exc.strerror or type(exc).__name__)
+        raise HTTPException(507 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 503,
+                            f"the server cannot take the request now: {exc.strerror or type(exc).__name__}",
+                            headers={"Retry-After": "60"}) from None
     except BaseException:
         jobs.uploads.discard(job_id)
         raise
@@ -113,37 +150,74 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
 
 @router.get("", response_model=IngestJobList)
 async def list_ingest_jobs(offset: int = Query(0, ge=0, le=2**63 - 1), limit: int = Query(50, ge=1, le=500),
-                           jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestJobList:
-    """Ingest jobs of every replica, newest first, with their status and per-file reports."""
-    found, total = await asyncio.to_thread(jobs.list, offset, limit)
-    return IngestJobList(jobs=found, total=total, offset=offset, limit=limit)
+                           jobs: IngestJobManager = Depends(get_ingest_jobs),
+                           access: Access = Depends(ingest_access)) -> IngestJobList:
+    """Ingest jobs of every replica, newest first, with their status and per-file reports (a
+    folder-restricted key: the jobs whose files all lie under its folders)."""
+    if access.folders is None:
+        found, total = await asyncio.to_thread(jobs.list, offset, limit)
+        return IngestJobList(jobs=found, total=total, offset=offset, limit=limit)
+    every, _ = await asyncio.to_thread(jobs.list, 0, _ALL_JOBS)
+    visible = [j for j in every if job_visible(access, j.files)]
+    return IngestJobList(jobs=visible[offset:offset + limit], total=len(visible), offset=offset, limit=limit)
 
 
 @router.get("/{job_id}", response_model=IngestJobOut, responses={404: {"model": ErrorResponse}})
-async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestJobOut:
-    """Status, progress and (once finished) the per-file report of an ingest job (of any replica)."""
+async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_ingest_jobs),
+                         access: Access = Depends(ingest_access)) -> IngestJobOut:
+    """Status, progress and (once finished) the per-file report of an ingest job (of any replica;
+    404 for one the key may not see)."""
     job = await asyncio.to_thread(jobs.get, job_id)
-    if job is None:
+    if job is None or not job_visible(access, job.files):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r} (unknown, or forgotten)")
     return job
 
 
 @router.post("/{job_id}/resume", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted,
              responses={code: {"model": ErrorResponse} for code in (404, 409, 503)})
-async def resume_ingest_job(job_id: str, request: Request,
-                            jobs: IngestJobManager = Depends(get_ingest_jobs)) -> IngestAccepted:
+async def resume_ingest_job(job_id: str, request: Request, jobs: IngestJobManager = Depends(get_ingest_jobs),
+                            access: Access = Depends(ingest_access)) -> IngestAccepted:
     """Run an interrupted (or failed) job again on this replica, from the start; ingest is
     idempotent, so what its first run stored is kept and the rest is added.
 
-    Errors: 404 unknown job, 409 the job is queued, running or succeeded (or another replica
-    claimed it first), 503 too many pending jobs here.
+    Errors: 403 a job that prunes and a key without the right, 404 unknown job (or one the key
+    may not see), 409 the job is queued, running or succeeded (or another replica claimed it
+    first), 503 too many pending jobs here.
     """
     try:
+        row = await asyncio.to_thread(jobs.table.get, job_id)
+        if row is not None:
+            shown = await asyncio.to_thread(jobs.get, job_id)
+            check_job_scope(access, shown.files if shown else [], bool(row.request.get("prune")), job_id)
         job = await asyncio.to_thread(jobs.resume, job_id)
     except PathRejectedError as exc:
         raise _reject(exc) from exc
     return IngestAccepted(id=job.id, status=job.status, files=job.sources(),
                           status_url=str(request.url_for("get_ingest_job", job_id=job.id)))
+
+
+def job_visible(access: Access, sources: list[str]) -> bool:
+    """Whether ``access`` may see (and start) a job over these files: all lie under its folders."""
+    return all(access.allows_source(s) for s in sources)
+
+
+def check_job_scope(access: Access, sources: list[str], prune: bool, job_id: str | None = None) -> None:
+    """Refuse a job the key may not run.
+
+    Raises:
+        PathRejectedError: 404 for a stored job (``job_id``) it may not see; 403 for sources
+            outside its folders (up to three named), or ``prune`` without the delete right and
+            full read scope.
+    """
+    if not job_visible(access, sources):
+        if job_id is not None:
+            raise PathRejectedError(404, f"no ingest job {job_id!r} (unknown, or forgotten)")
+        outside = [s for s in sources if not access.allows_source(s)]
+        raise PathRejectedError(403, f"the API key {access.name!r} may ingest only under {list(access.folders or ())}; "
+                                     f"outside them: {', '.join(outside[:3])}")
+    if prune and not (access.can_delete and access.reads_all):
+        raise PathRejectedError(403, f"the API key {access.name!r} may not prune: pruning deletes documents, and "
+                                     "needs the delete right and a key without a read scope")
 
 
 def _text(value: object) -> str | None:

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, status
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
+from copilot.access import Access
 from copilot.api import generation
 from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
 from copilot.api.errors import ParameterError, error_body, validation_message
@@ -87,12 +88,11 @@ def _finished(outcome: generation.Outcome, sources: list, settings: Settings) ->
     return outcome.text + footer, out
 
 
-@router.post("/responses", response_model=ResponseObject, responses={**ERRORS, **STREAMED},
-             dependencies=[Depends(ask_auth)])
+@router.post("/responses", response_model=ResponseObject, responses={**ERRORS, **STREAMED})
 async def create_response(body: ResponseRequest, request: Request, settings: Settings = Depends(get_settings),
                           service: CopilotService = Depends(get_service),
                           scheduler: BatchScheduler = Depends(get_scheduler),
-                          metrics: Metrics = Depends(get_metrics)):
+                          metrics: Metrics = Depends(get_metrics), access: Access = Depends(ask_auth)):
     """Answer the input over the logbooks and tickets (OpenAI Responses format, text only).
 
     Errors: 400 invalid request or an unsupported parameter (``previous_response_id``,
@@ -101,7 +101,7 @@ async def create_response(body: ResponseRequest, request: Request, settings: Set
     """
     started = time.perf_counter()
     names = {"max_new_tokens": "max_output_tokens", "prompt": "input"}
-    question = chat_question(_chat_body(body), service, names)
+    question = chat_question(_chat_body(body), service, names, access)
     run = generation.start(request, service, scheduler, metrics, question, endpoint="responses", started=started,
                            params=names)
     builder = ResponseBuilder(body)

@@ -7,6 +7,7 @@ import time
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
+from copilot.access import Access
 from copilot.api.dependencies import get_service, read_auth
 from copilot.api.schemas import ErrorResponse, SearchRequest, SearchResponse, SourceOut
 from copilot.service import CopilotService
@@ -14,17 +15,18 @@ from copilot.service import CopilotService
 router = APIRouter(prefix="/v1", tags=["search"])
 
 
-@router.post("/search", response_model=SearchResponse, dependencies=[Depends(read_auth)],
+@router.post("/search", response_model=SearchResponse,
              responses={code: {"model": ErrorResponse} for code in (400, 401, 403)})
-async def search(body: SearchRequest, service: CopilotService = Depends(get_service)) -> SearchResponse:
+async def search(body: SearchRequest, service: CopilotService = Depends(get_service),
+                 access: Access = Depends(read_auth)) -> SearchResponse:
     """Retrieval only: the ``max_sources`` best documents (hybrid dense + BM25, one entry per
     document) with the lines that best answer the question. Same filters as ``/v1/ask``;
-    a key is needed when keys are configured, unless ``public_reads``; it does not wait for
-    the generation queue. Errors: 400 invalid request."""
+    a key is needed when keys are configured, unless ``public_reads``; only documents the key
+    may read are searched. It does not wait for the generation queue. Errors: 400 invalid request."""
     t0 = time.perf_counter()
     flt = body.filters.to_search_filter() if body.filters else None
     try:
-        sources = await asyncio.to_thread(service.search, body.question, body.max_sources, flt)
+        sources = await asyncio.to_thread(service.search, body.question, body.max_sources, flt, access)
     except ValueError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
     return SearchResponse(sources=[SourceOut.from_source(s) for s in sources],

@@ -69,7 +69,10 @@ async function errorText(resp) {
     message = (body && body.error && body.error.message) || (typeof body.detail === "string" ? body.detail : "");
   } catch { /* not JSON */ }
   if (resp.status === 401 || resp.status === 403) return "This server needs a valid API key: enter it in the API key field.";
-  if (resp.status === 404) return "The document is no longer in the store" + (message ? ` (${message}).` : ".");
+  // 404 also answers a document outside the key's scope (the server does not say which)
+  if (resp.status === 404) {
+    return "The document is no longer in the store, or this API key may not read it" + (message ? ` (${message}).` : ".");
+  }
   return `The document could not be loaded (${resp.status})` + (message ? `: ${message}` : ".");
 }
 
