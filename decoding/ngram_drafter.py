@@ -266,6 +266,10 @@ class AnswerHistory:
         generations[-1].add_source(answer, PRIORITY_HISTORY, prompt_key(prompt_ids))
         counts[-1] += 1
 
+    def clear(self) -> None:
+        """Forget every answer of every partition (e.g. a document they may quote was deleted)."""
+        self._partitions = {}
+
     def partitions(self) -> list[str]:
         """The partitions holding answers, least recently added to first."""
         return list(self._partitions)

@@ -39,6 +39,15 @@ def test_partitions_beyond_the_cap_drop_the_least_recently_added_to():
     assert history.occurrences((A, B), 0, "p1") and history.occurrences((A, B), 0, "p3")
 
 
+def test_clear_forgets_every_partition():
+    history = AnswerHistory(4, 1)
+    history.add([7, 7], [A, B, X, Y], "scope-a")
+    history.add([8, 8], [A, B, Y, X], "")
+    history.clear()
+    assert len(history) == 0 and history.partitions() == []
+    assert _proposal(history, "scope-a", [A, B]) == [] and _proposal(history, "", [A, B]) == []
+
+
 def test_the_engine_books_answers_in_their_partition_and_stays_exact(tiny_models):
     target = tiny_models.load("small")
     engine = SpeculativeEngine(target, costs=CostModel(verify_ms=(1.0,) * 12))

@@ -102,6 +102,13 @@ def test_api_delete_of_an_uploaded_ticket_leaves_no_byte_of_it(env):
     assert _wait_job(client, r.json()["id"])["status"] == "succeeded"
     assert _search_ids(client, MARKER)[0] == "tickets/export.jsonl#SEC-1"
     assert leftovers(settings.data_dir)  # the marker is on disk: index.sqlite3, chroma, uploads/
+    # two ratings: one of an answer that showed the ticket (and quotes it), one of another answer
+    for doc_id, answer in (("tickets/export.jsonl#SEC-1", f"The credential {MARKER} leaked [1]."),
+                           ("tickets/export.jsonl#OPS-7", "Pool 7 was restarted [1].")):
+        r = client.post("/v1/feedback", headers=KEY, json={
+            "rating": "up", "question": "what happened?", "answer": answer,
+            "sources": [{"n": 1, "doc_id": doc_id, "cited": True}]})
+        assert r.status_code == 201, r.text
 
     started = time.perf_counter()
     r = client.delete("/v1/documents/" + quote("tickets/export.jsonl#SEC-1", safe="/"), headers=KEY)
@@ -110,6 +117,8 @@ def test_api_delete_of_an_uploaded_ticket_leaves_no_byte_of_it(env):
     assert leftovers(settings.data_dir) == [], "the deleted ticket's text is still on disk"
     assert delete_s < 10
     assert not purge_pending(store)
+    kept = client.get("/v1/feedback", headers=KEY).json()["feedback"]
+    assert [f["sources"][0]["doc_id"] for f in kept] == ["tickets/export.jsonl#OPS-7"]
     # the upload copy held it: gone; the file's other tickets stay stored, searchable and not prunable
     assert not (settings.uploads_dir / "tickets" / "export.jsonl").exists()
     assert store.count_documents() == 40 and store.dense.count() == store.count_chunks() == 40

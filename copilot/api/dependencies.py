@@ -21,6 +21,7 @@ from copilot.api.metrics import Metrics
 from copilot.api.scheduler import BatchScheduler
 from copilot.config import Settings
 from copilot.service import CopilotService
+from ingestion.stores.feedback_table import FeedbackTable
 
 log = logging.getLogger(__name__)
 _bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_KEYS or the keys file")
@@ -44,6 +45,11 @@ def get_scheduler(request: Request) -> BatchScheduler:
 def get_metrics(request: Request) -> Metrics:
     """The app's Prometheus metrics."""
     return request.app.state.metrics
+
+
+def get_feedback(request: Request) -> FeedbackTable:
+    """The answer ratings (👍/👎) kept in the store's database."""
+    return request.app.state.feedback
 
 
 def get_ingest_jobs(request: Request) -> IngestJobManager:

@@ -82,3 +82,15 @@ class FeedbackTable:
         """Every ``rating`` rating, oldest first."""
         rows = self.db.query(f"SELECT {_COLS} FROM answer_feedback WHERE rating = ? ORDER BY created, id", (rating,))
         return [_row(r) for r in rows]
+
+    def forget_document(self, doc_id: str) -> int:
+        """Delete every rating whose answer showed document ``doc_id`` as a source (its answer
+        and quotes may hold the document's text): what deleting the document means. Returns
+        how many were deleted."""
+        rows = self.db.query(f"SELECT {_COLS} FROM answer_feedback")  # ratings are few: one scan
+        gone = [r.id for r in map(_row, rows)
+                if any(s.get("doc_id") == doc_id for s in r.record.get("sources") or ())]
+        for row_id in gone:
+            self.db.execute("DELETE FROM answer_feedback WHERE id = ?", (row_id,))
+        return len(gone)
+

@@ -68,16 +68,21 @@ STREAMED = streamed("`chat.completion.chunk` objects (the last with `finish_reas
 
 #: Opens the sources footer of a message's content.
 FOOTER_HEADING = "\n\nSources:\n"
-_FOOTER_LINE = re.compile(r"\[\d+\] .*|Not in the sources — check before running: .*")
+_FOOTER_LINE = re.compile(r"\[\d+\] .*|Not in the sources — check before running: .*|⚠ Destructive — do not run: .*")
 #: Opens the footer's list of literals found in no source.
 UNVERIFIED_HEADING = "\nNot in the sources — check before running: "
+#: Opens the footer's list of destructive commands in the answer or the evidence shown.
+DESTRUCTIVE_HEADING = "\n⚠ Destructive — do not run: "
 
 
-def sources_footer(sources: list[SourceOut], unverified: list[dict] = ()) -> str:
+def sources_footer(sources: list[SourceOut], unverified: list[dict] = (), destructive: list[dict] = ()) -> str:
     """The footer listing ``sources`` for a message's content (empty without sources): a blank
     line, ``Sources:``, then ``[n] title — source, date`` per source (title, else key, else
     document id; the date when known); then, when the answer states literals found in no
-    source, a line ``Not in the sources — check before running: `a`, `b```."""
+    source, a line ``Not in the sources — check before running: `a`, `b```; then, when the
+    answer (``destructive``: its marks, :mod:`copilot.destructive`) or a source's evidence holds
+    a destructive command, a line ``⚠ Destructive — do not run: `rm -rf /` [2], …`` (chat
+    clients show the content only, so the warning must be in it)."""
     if not sources:
         return ""
     lines = []
@@ -89,7 +94,19 @@ def sources_footer(sources: list[SourceOut], unverified: list[dict] = ()) -> str
     literals = list(dict.fromkeys(u["literal"] for u in unverified))
     if literals:
         footer += UNVERIFIED_HEADING + ", ".join(f"`{x}`" for x in literals)
+    marked = {f"`{m['command']}`": None for m in destructive}
+    marked |= {f"`{m.command}` [{s.n}]": None for s in sources for m in s.destructive}
+    if marked:
+        footer += DESTRUCTIVE_HEADING + ", ".join(marked)
     return footer
+
+
+def answer_footer(sources: list[SourceOut], outcome: generation.Outcome, settings: Settings) -> str:
+    """The :func:`sources_footer` of an answer (its unverified literals and destructive commands),
+    or empty with ``openai_sources_footer`` off."""
+    if not settings.openai_sources_footer:
+        return ""
+    return sources_footer(sources, outcome.unverified, outcome.trust()["destructive"])
 
 
 def strip_sources_footer(text: str) -> str:
@@ -188,7 +205,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     prepared = await run.prepared(request)
     outcome = await run.complete(request)
     out = _sources(prepared.prompt.sources, outcome)
-    content = outcome.text + (sources_footer(out, outcome.unverified) if settings.openai_sources_footer else "")
+    content = outcome.text + answer_footer(out, outcome, settings)
     return ChatCompletion(id=reply.id, created=reply.created, model=body.model, system_fingerprint=reply.fingerprint,
                           choices=[Choice(message=AssistantMessage(content=content),
                                           finish_reason=_finish_reason(outcome.finish_reason))],
@@ -240,7 +257,7 @@ async def _answer_chunks(run: generation.GenerationRun, request: Request, settin
         return
     outcome = run.outcome()
     out = _sources(prepared.prompt.sources, outcome)
-    footer = sources_footer(out, outcome.unverified) if settings.openai_sources_footer else ""
+    footer = answer_footer(out, outcome, settings)
     if footer:
         yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=footer), finish_reason=None)])}
     yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=_finish_reason(outcome.finish_reason))],

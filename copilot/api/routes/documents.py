@@ -18,9 +18,10 @@ import asyncio
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
 from copilot.access import Access
-from copilot.api.dependencies import delete_access, get_service, read_auth
+from copilot.api.dependencies import delete_access, get_feedback, get_service, read_auth
 from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse, Text
 from copilot.service import CopilotService
+from ingestion.stores.feedback_table import FeedbackTable
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])
 
@@ -54,16 +55,24 @@ async def get_document(doc_id: Text, service: CopilotService = Depends(get_servi
 @router.delete("/{doc_id:path}", response_model=DeleteResponse,
                responses={code: {"model": ErrorResponse} for code in (401, 403, 404)})
 async def delete_document(doc_id: Text, service: CopilotService = Depends(get_service),
-                          access: Access = Depends(delete_access)) -> DeleteResponse:
+                          access: Access = Depends(delete_access),
+                          feedback: FeedbackTable = Depends(get_feedback)) -> DeleteResponse:
     """Delete a document and all its chunks from both indexes (needs an API key with the
     ``delete`` right when keys are set; 404 for a document outside the key's read scope).
 
-    Its bytes leave the store's files too; an uploaded file it came from is removed (its other
-    documents stay stored); a server-side file is left alone, and re-ingesting it brings it back.
+    Its bytes leave the store's files too, and so do the ratings of answers that showed it and
+    the engine's answer history; an uploaded file it came from is removed (its other documents
+    stay stored); a server-side file is left alone, and re-ingesting it brings it back.
     """
     info = await asyncio.to_thread(service.store.get_document_info, doc_id)
-    if info is None or not access.allows(info) or not await asyncio.to_thread(
-            service.store.delete_document, doc_id, uploads_dir=service.settings.uploads_dir):
+    if info is None or not access.allows(info):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
+    # earlier answers may quote it: ratings that showed it go first (the store's purge below then
+    # clears their bytes too), and the engine's answer history is dropped
+    await asyncio.to_thread(feedback.forget_document, doc_id)
+    if service.engine is not None:
+        service.engine.history.clear()
+    if not await asyncio.to_thread(service.store.delete_document, doc_id, uploads_dir=service.settings.uploads_dir):
         raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
     return DeleteResponse(deleted=doc_id, chunks=int(info.get("n_chunks") or 0))
 

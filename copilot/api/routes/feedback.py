@@ -16,11 +16,11 @@ import json
 from datetime import UTC, datetime
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Request, status
+from fastapi import APIRouter, Depends, Query, status
 from fastapi.responses import Response
 
 from copilot.access import Access
-from copilot.api.dependencies import ask_auth, get_service, get_settings, require_api_key
+from copilot.api.dependencies import ask_auth, get_feedback, get_service, get_settings, require_api_key
 from copilot.api.schemas import ErrorResponse, FeedbackCreated, FeedbackOut, FeedbackPage, FeedbackRequest
 from copilot.config import Settings
 from copilot.feedback_export import export_questions
@@ -34,11 +34,6 @@ EXPORT_MEDIA_TYPE = "application/x-ndjson"
 _EXPORT_EXAMPLE = ('{"id": "fb-3f2a9c0d1e4b5a6c", "question": "How was the dc-pool-07 domain restarted?", '
                    '"answer_span": "systemctl restart dcache@dc-pool-07Domain.service", '
                    '"source": "logbooks/operations.elog#2", "copy": true}\n')
-
-
-def get_feedback(request: Request) -> FeedbackTable:
-    """The app's feedback table."""
-    return request.app.state.feedback
 
 
 def _created(row: FeedbackRow) -> datetime:

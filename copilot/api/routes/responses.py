@@ -24,7 +24,7 @@ from copilot.api.errors import ParameterError, error_body, validation_message
 from copilot.api.metrics import Metrics
 from copilot.api.openapi import streamed
 from copilot.api.response_schemas import OutputMessage, OutputText, ResponseObject, ResponseRequest, ResponseUsage
-from copilot.api.routes.chat import chat_question, sources_footer
+from copilot.api.routes.chat import answer_footer, chat_question
 from copilot.api.scheduler import BatchScheduler
 from copilot.api.schemas import ErrorResponse, SourceOut
 from copilot.config import Settings
@@ -84,7 +84,7 @@ class ResponseBuilder:
 
 def _finished(outcome: generation.Outcome, sources: list, settings: Settings) -> tuple[str, list[SourceOut]]:
     out = [SourceOut.from_source(s, outcome.cited) for s in sources]
-    footer = sources_footer(out, outcome.unverified) if settings.openai_sources_footer else ""
+    footer = answer_footer(out, outcome, settings)
     return outcome.text + footer, out
 
 
