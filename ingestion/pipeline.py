@@ -63,6 +63,7 @@ from ingestion.report import (
     IngestReport,
 )
 from ingestion.store import ChunkStore, DocumentWrite, StoreSettings, WriteBatch, open_store
+from ingestion.stores.ingest_lock import IngestLock
 from ingestion.stores.manifest import DocumentRecord, FileRecord
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,9 @@ class _Run:
 
     def __init__(self, store: ChunkStore, report: IngestReport, tracker: ProgressTracker, *, prune: bool,
                  config: LoaderConfig, batch_chunks: int, prune_under: Path | None = None,
-                 supersede_under: Path | None = None) -> None:
+                 supersede_under: Path | None = None, lock: IngestLock) -> None:
         self.store = store
+        self.lock = lock  # the run lock: source locks while another run may write at once
         self.report = report
         self.tracker = tracker
         self.prune = prune
@@ -99,6 +101,7 @@ class _Run:
         self.batch = WriteBatch()
         self.batch_chunk_count = 0  # chunks in self.batch (WriteBatch.n_chunks sums them all)
         self.current: FileReport | None = None  # the file being processed
+        self.current_keys: list[str] = []  # its source locks' keys
         self.settings_sig = hashlib.sha256(f"{store.index_signature}|{config.signature()}".encode()).hexdigest()[:16]
 
     def process(self, path: Path, entry: FileReport) -> None:
@@ -107,6 +110,7 @@ class _Run:
         if data is None:
             return
         source_abs, digest = str(own_path(path)), hashlib.sha256(data).hexdigest()
+        self.hold_source(entry.source, source_abs)
         known = self.store.manifest.get_file(source_abs)
         if (known and known.sha256 == digest and known.settings_sig == self.settings_sig
                 and known.source == entry.source):
@@ -128,6 +132,16 @@ class _Run:
             return
         n_chunks = self.chunk(entry, parsed, mine)
         self.settle(entry, parsed, mine, superseded, n_chunks)
+
+    def hold_source(self, source: str, source_abs: str) -> None:
+        """Hold the file's source locks until its last batch is written (a parallel run given the same
+        file or source name waits); before waiting, write the open batch and release the others."""
+        self.current_keys = [source, source_abs]
+        self.lock.hold_sources(self.current_keys, before_wait=self._flush_and_release)
+
+    def _flush_and_release(self) -> None:
+        self.flush()
+        self.lock.release_sources()
 
     def read(self, path: Path, entry: FileReport) -> bytes | None:
         """The file's bytes, or None with ``entry`` ``skipped`` (same file, not a regular one) or ``failed``."""
@@ -268,6 +282,7 @@ class _Run:
                   result.chunks_written, result.documents_deleted)
         self.batch, self.batch_chunk_count = WriteBatch(), 0
         self.tracker.wrote(result.documents_written, result.chunks_written)
+        self.lock.release_sources(keep=self.current_keys)  # the files written are settled
 
     def _fail_batch(self, exc: StoreError) -> None:
         """The open batch could not be stored (disk full, read-only, permissions): every file with
@@ -328,7 +343,8 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
         The :class:`IngestReport`; a missing path or bad file is a ``failed`` entry, a named
         pipe, socket or device a ``skipped`` one, not an exception.
     Raises:
-        StoreLockedError: another ingest runs on the same store (nothing was read or changed).
+        StoreLockedError: another run holds the lock exclusively, or at all when this one must be alone
+            (``prune``; embedded Chroma): nothing was read or changed (:mod:`ingestion.stores.ingest_lock`).
         StoreError: the store failed mid-run (re-run to resume); its ``report`` attribute holds
             the report so far.
         IngestInterrupted: a ``KeyboardInterrupt`` (SIGINT, or SIGTERM under
@@ -339,16 +355,13 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
     report = IngestReport()
     paths = [Path(p) for p in paths]
     root = Path(root) if root is not None else common_root([p for p in paths if p.exists()] or paths)
-    with store.ingest_lock():
-        report.recovered_documents = len(store.recover())
-        files, missing = discover_files(paths)
-        for path in missing:
-            report.files.append(FileReport(path=str(path), source=source_name(path, root), status="failed",
-                                           reason="no such file or directory"))
+    with store.ingest_run(exclusive=prune) as (lock, recovered):
+        report.recovered_documents = len(recovered)
+        files = _discover(paths, root, report)
         display = ProgressDisplay(sys.stderr.isatty() if progress is None else progress, len(files))
         run = _Run(store, report, ProgressTracker(display, on_progress, files, started), prune=prune,
                    config=loader_config or LoaderConfig(), batch_chunks=batch_chunks, prune_under=prune_under,
-                   supersede_under=supersede_under)
+                   supersede_under=supersede_under, lock=lock)
         try:
             _ingest_files(run, files, root)
         except StoreError as exc:
@@ -356,13 +369,7 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
             exc.report = report  # type: ignore[attr-defined]
             raise
         except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM under stop_on_signals()
-            stop = exc if isinstance(exc, IngestInterrupted) else IngestInterrupted(signal.SIGINT)
-            reached = {entry.path for entry in report.files}
-            mark_stopped(report, run.batch, run.current, [FileReport(path=str(p), source=source_name(p, root))
-                                                          for p in files if str(p) not in reached],
-                         stop.signal_name, (run.tracker.docs_written, run.tracker.chunks_written))
-            report.elapsed_s = time.perf_counter() - started
-            stop.report = report
+            stop = _stopped(run, exc, files, root, started)
             raise stop from (None if stop is exc else exc)
         finally:
             display.close()
@@ -370,6 +377,27 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
     log.info("ingest done in %.1f s: %s; %d chunks written (%.1f chunks/s), %d documents deleted",
              report.elapsed_s, report.counts, report.chunks_written, report.chunks_per_s, report.documents_deleted)
     return report
+
+
+def _discover(paths: list[Path], root: Path, report: IngestReport) -> list[Path]:
+    """The files under ``paths``; each missing path becomes a ``failed`` entry of ``report``."""
+    files, missing = discover_files(paths)
+    report.files.extend(FileReport(path=str(path), source=source_name(path, root), status="failed",
+                                   reason="no such file or directory") for path in missing)
+    return files
+
+
+def _stopped(run: _Run, exc: KeyboardInterrupt, files: list[Path], root: Path, started: float) -> IngestInterrupted:
+    """The :class:`IngestInterrupted` for a stop by ``exc``; its report says what was stored and what not."""
+    stop = exc if isinstance(exc, IngestInterrupted) else IngestInterrupted(signal.SIGINT)
+    report = run.report
+    reached = {entry.path for entry in report.files}
+    mark_stopped(report, run.batch, run.current, [FileReport(path=str(p), source=source_name(p, root))
+                                                  for p in files if str(p) not in reached],
+                 stop.signal_name, (run.tracker.docs_written, run.tracker.chunks_written))
+    report.elapsed_s = time.perf_counter() - started
+    stop.report = report
+    return stop
 
 
 def _ingest_files(run: _Run, files: list[Path], root: Path) -> None:
@@ -384,7 +412,7 @@ def _ingest_files(run: _Run, files: list[Path], root: Path) -> None:
         run.tracker.notify(entry.source)
         run.current = entry
         run.process(path, entry)
-        run.current = None
+        run.current, run.current_keys = None, []
         run.tracker.file_done(entry)
     if run.prune:
         run.prune_missing()
@@ -469,5 +497,4 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
 __all__ = ["IngestProgress", "IngestReport", "IngestOutcome", "FileReport", "ingest_paths", "run_ingest",
            "write_report", "discover_files", "common_root", "source_name", "own_path", "read_regular_file",
            "NotRegularFileError", "StoreError", "IngestInterrupted", "stop_on_signals", "EXIT_OK",
-           "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE",
-           "EXIT_CODES_HELP"]
+           "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE", "EXIT_CODES_HELP"]

@@ -18,9 +18,9 @@ Write protocol for a batch of documents (:meth:`ChunkStore.apply`):
    manifest records, the file fingerprints, and delete the intent rows.
 
 A kill between 2 and 4 leaves intent rows; :meth:`ChunkStore.recover` (run at the start of
-every ingest) marks those documents stale (or finishes their deletion) so the next run
-rewrites them; nothing already stored is dropped. Re-running therefore converges to the
-state of one clean run.
+every ingest that finds no other run live, :meth:`ChunkStore.ingest_run`) marks those documents
+stale (or finishes their deletion) so the next run rewrites them; nothing already stored is
+dropped. Re-running therefore converges to the state of one clean run.
 
 Every committed change also writes a new *generation* (and the writing process) into the
 manifest's ``meta`` table. Readers call :meth:`ChunkStore.refresh` before a dense search:
@@ -39,7 +39,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,54 +49,18 @@ from ingestion.errors import StoreError
 from ingestion.stores.chroma_store import ChromaStore
 from ingestion.stores.database import Database, PostgresDatabase, open_database
 from ingestion.stores.dense import DenseIndex
+from ingestion.stores.ingest_lock import IngestLock
 from ingestion.stores.lexical_index import lexical_index
-from ingestion.stores.manifest import DocumentRecord, FileRecord, Manifest
+from ingestion.stores.manifest import DocumentRecord, Manifest
+from ingestion.write_batch import ApplyResult, DocumentWrite, WriteBatch
+
+__all__ = ["ApplyResult", "ChunkStore", "DocumentWrite", "StoreSettings", "WriteBatch", "open_store"]
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
 PROCESS_ID = uuid.uuid4().hex
 """Names this process as the writer of a store generation (pids repeat across machines)."""
-
-
-@dataclass
-class DocumentWrite:
-    """A document to (re)write with its chunks; ``source_abs`` is its file's absolute path (for pruning)."""
-
-    document: Document
-    chunks: list[Chunk]
-    source_abs: str | None = None
-
-
-@dataclass
-class WriteBatch:
-    """One unit of :meth:`ChunkStore.apply`: writes, deletions and completed-file fingerprints."""
-
-    writes: list[DocumentWrite] = field(default_factory=list)
-    deletes: list[str] = field(default_factory=list)
-    files: list[FileRecord] = field(default_factory=list)
-    forget_files: list[str] = field(default_factory=list)
-    #: (doc_id, source_abs): unchanged documents whose file now lives at another absolute path
-    relocate: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def n_chunks(self) -> int:
-        """Chunks to embed and write."""
-        return sum(len(w.chunks) for w in self.writes)
-
-    def is_empty(self) -> bool:
-        """True when applying would change nothing."""
-        return not (self.writes or self.deletes or self.files or self.forget_files or self.relocate)
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    """What :meth:`ChunkStore.apply` changed."""
-
-    documents_written: int
-    chunks_written: int
-    documents_deleted: int
-    embed_s: float = 0.0
 
 
 class ChunkStore:
@@ -168,15 +131,41 @@ class ChunkStore:
             self.manifest.set_meta("writer", PROCESS_ID)
             self._seen_generation = generation
 
-    def ingest_lock(self) -> contextlib.AbstractContextManager[None]:
-        """Hold the exclusive ingest lock: a ``flock`` on ``data_dir/ingest.lock`` (embedded) or a
-        PostgreSQL advisory lock (shared); released by the OS or the server if the process dies.
+    @property
+    def parallel_ingest(self) -> bool:
+        """True when several ingest runs may write at once: the dense index is pgvector or a Chroma
+        server. Embedded Chroma keeps each process's HNSW index in memory and persists it over
+        another writer's, so there runs take turns."""
+        return not (isinstance(self.dense, ChromaStore) and self.dense.url is None)
+
+    def ingest_lock(self, *, exclusive: bool = True) -> contextlib.AbstractContextManager[IngestLock]:
+        """Hold the ingest run lock (:mod:`ingestion.stores.ingest_lock`): a ``flock`` on
+        ``data_dir/ingest.lock`` (embedded) or a PostgreSQL advisory lock (shared); released by the
+        OS or the server if the process dies. ``exclusive=False`` shares it with other runs where
+        :attr:`parallel_ingest` allows (the holder then calls :meth:`IngestLock.share`).
 
         Raises:
-            StoreLockedError: another ingest run holds it; ``holder`` has what it recorded
-                (pid, host, started) and the message names them.
+            StoreLockedError: another run holds it exclusively (or at all, when this one must be
+                alone); ``holder`` has what the latest holder recorded (pid, host, started) and the
+                message names them.
         """
-        return self.db.ingest_lock()
+        return self.db.ingest_lock(shared=not exclusive and self.parallel_ingest)
+
+    @contextlib.contextmanager
+    def ingest_run(self, *, exclusive: bool) -> Iterator[tuple[IngestLock, list[str]]]:
+        """The run lock for one ingest run and the doc ids recovered at its start.
+
+        Intent rows are recovered (:meth:`recover`) only by a run that found no other live: the
+        rows of a live run's in-flight batch are not an interrupted write. Then the lock is shared.
+
+        Raises:
+            StoreLockedError: as :meth:`ingest_lock`.
+        """
+        with self.ingest_lock(exclusive=exclusive) as lock:
+            recovered = self.recover() if lock.alone else []
+            if not exclusive:
+                lock.share()
+            yield lock, recovered
 
     def refresh(self) -> bool:
         """Notice changes committed by another process and read the dense index anew; True if so.

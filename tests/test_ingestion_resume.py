@@ -162,8 +162,8 @@ def test_lock_is_released_when_a_run_is_killed(tmp_path, store_kind):
     store = ChunkStore(store_dir, embedder=shared_embedder(), **store_kind["kwargs"])
     from ingestion.errors import StoreLockedError
 
-    with pytest.raises(StoreLockedError):
-        ingest_paths([corpus], store, progress=False)
+    with pytest.raises(StoreLockedError):  # a prune run must be alone (a plain one shares a shared store's lock)
+        ingest_paths([corpus], store, prune=True, progress=False)
     w.kill()
     report = ingest_paths([corpus], store, progress=False)
     assert report.recovered_documents >= 1 and report.counts["failed"] == 0

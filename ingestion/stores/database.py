@@ -4,11 +4,13 @@ The lexical index, the manifest and the ingest jobs are plain SQL tables. They r
 database only through :class:`Database`, which has two implementations:
 
 - :class:`SqliteDatabase`: ``DATA_DIR/index.sqlite3`` in WAL mode (one connection per
-  process, serialised by a lock); the ingest lock is a ``flock`` on ``DATA_DIR/ingest.lock``.
+  process, serialised by a lock); the ingest lock is a ``flock`` on ``DATA_DIR/ingest.lock``
+  (exclusive, or shared by parallel runs: :mod:`ingestion.stores.ingest_lock`).
 - :class:`PostgresDatabase`: a ``psycopg`` connection pool on ``COPILOT_DATABASE_URL``; every
   table lives in a schema named after the collection, so several stores can share one
-  server; the ingest lock is a session-level advisory lock (``pg_try_advisory_lock``),
-  released by the server when the holder's connection dies.
+  server; the ingest lock is a session-level advisory lock (``pg_try_advisory_lock``, or
+  ``pg_try_advisory_lock_shared`` for parallel runs), released by the server when the holder's
+  connection dies.
 
 SQL is written once, in the qmark style (``?``) and in the subset both dialects share
 (``INSERT ... ON CONFLICT ... DO UPDATE``, ``CASE``); :class:`PostgresDatabase` rewrites
@@ -28,11 +30,21 @@ import re
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from ingestion.errors import StoreError, StoreLockedError
+from ingestion.errors import StoreError
+from ingestion.stores.ingest_lock import (
+    SHARE_WAIT_S,
+    AdvisoryIngestLock,
+    FlockIngestLock,
+    IngestLock,
+    locked_error,
+    take_flock,
+    write_holder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +105,16 @@ class Database:
         """A write transaction: committed on exit, rolled back on an exception; re-entrant."""
         raise NotImplementedError
 
-    def ingest_lock(self) -> contextlib.AbstractContextManager[None]:
-        """Hold the store's exclusive ingest lock (released by the OS or the server if the process dies).
+    def ingest_lock(self, *, shared: bool = False) -> contextlib.AbstractContextManager[IngestLock]:
+        """Hold the store's ingest run lock (:mod:`ingestion.stores.ingest_lock`), released by the OS or
+        the server if the process dies.
 
+        Args:
+            shared: let other shared runs work at once (the lock is exclusive first when no run is
+                live, so that :attr:`IngestLock.alone` may recover; call :meth:`IngestLock.share`).
         Raises:
-            StoreLockedError: another run holds it; its ``holder`` (pid, host, started) is named.
+            StoreLockedError: another run holds it exclusively (or, for an exclusive request, at all);
+                its ``holder`` (pid, host, started) is named.
         """
         raise NotImplementedError
 
@@ -185,24 +202,21 @@ class SqliteDatabase(Database):
                 self._depth = 0
 
     @contextlib.contextmanager
-    def ingest_lock(self) -> Iterator[None]:
-        """A ``flock`` on ``data_dir/ingest.lock``, which holds the holder's pid, host and start (JSON)."""
-        path = self.data_dir / "ingest.lock"
-        with open(path, "a+") as handle:
+    def ingest_lock(self, *, shared: bool = False) -> Iterator[IngestLock]:
+        """A ``flock`` on ``data_dir/ingest.lock``, which holds the latest holder's pid, host and start
+        (JSON); source locks under ``data_dir/locks``."""
+        with open(self.data_dir / "ingest.lock", "a+") as handle:
+            got, exclusive = take_flock(handle, shared)
+            if not got:
+                raise locked_error(self.location, _read_json(handle), describe_holder)
+            lock = FlockIngestLock(handle, exclusive, self.data_dir / "locks")
             try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                holder = _read_json(handle)
-                raise StoreLockedError(f"another ingest is running on {self.location} "
-                                       f"({describe_holder(holder)}); retry when it has finished", holder) from exc
-            try:
-                handle.seek(0)
-                handle.truncate()
-                handle.write(json.dumps(lock_holder()))
-                handle.flush()
-                yield
+                write_holder(handle, lock_holder())
+                yield lock
             finally:
-                with contextlib.suppress(OSError):
+                lock.close()
+                with contextlib.suppress(OSError, BlockingIOError):  # the last run out clears the record
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                     handle.seek(0)
                     handle.truncate()
                     handle.flush()
@@ -345,30 +359,40 @@ class PostgresDatabase(Database):
                 self._local.conn = None
 
     @contextlib.contextmanager
-    def ingest_lock(self) -> Iterator[None]:
-        """A session advisory lock on a connection of its own; the holder is recorded in ``ingest_lock``."""
+    def ingest_lock(self, *, shared: bool = False) -> Iterator[IngestLock]:
+        """Session advisory locks on a connection of their own; the latest holder is recorded in ``ingest_lock``."""
         import psycopg
 
         key = f"opscopilot-ingest:{self.schema}"
         self.executescript("CREATE TABLE IF NOT EXISTS ingest_lock (id INTEGER PRIMARY KEY, holder TEXT NOT NULL)")
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         try:
-            got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]
-            if not got:
+            exclusive = bool(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0])
+            if not exclusive and not (shared and self._wait_shared(conn, key)):
                 row = self.query_one("SELECT holder FROM ingest_lock WHERE id = 1")
-                holder = _parse_json(row[0]) if row else {}
-                raise StoreLockedError(f"another ingest is running on {self.location} "
-                                       f"({describe_holder(holder)}); retry when it has finished", holder)
+                raise locked_error(self.location, _parse_json(row[0]) if row else {}, describe_holder)
             self.execute("INSERT INTO ingest_lock(id, holder) VALUES (1, ?) "
                          "ON CONFLICT (id) DO UPDATE SET holder = excluded.holder", (json.dumps(lock_holder()),))
             try:
-                yield
+                yield AdvisoryIngestLock(conn, key, exclusive)
             finally:
                 with contextlib.suppress(Exception):
-                    self.execute("DELETE FROM ingest_lock WHERE id = 1")
-                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+                    conn.execute("SELECT pg_advisory_unlock_all()")
+                    if conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]:
+                        self.execute("DELETE FROM ingest_lock WHERE id = 1")  # the last run out clears it
+                    conn.execute("SELECT pg_advisory_unlock_all()")
         finally:
             conn.close()
+
+    @staticmethod
+    def _wait_shared(conn: Any, key: str) -> bool:
+        """Take the shared run lock, retried for up to ``SHARE_WAIT_S`` while it is held exclusively."""
+        deadline = time.monotonic() + SHARE_WAIT_S
+        while not conn.execute("SELECT pg_try_advisory_lock_shared(hashtext(%s))", (key,)).fetchone()[0]:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _vacuum(self, tables: Sequence[str], full: bool) -> None:
         """``VACUUM [FULL]`` of those of ``tables`` that exist (outside any transaction)."""
