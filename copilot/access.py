@@ -111,6 +111,19 @@ class Access:
         return replace(base, doc_types=types, source_folders=folders)
 
 
+    def read_scope(self) -> dict[str, Any]:
+        """The name and read scope as JSON (what an ingest job keeps of the key that started it)."""
+        return {"name": self.name, "doc_types": None if self.doc_types is None else sorted(self.doc_types),
+                "folders": None if self.folders is None else list(self.folders)}
+
+    @classmethod
+    def from_read_scope(cls, scope: Mapping[str, Any]) -> "Access":
+        """The :class:`Access` (read rights only) a :meth:`read_scope` describes."""
+        types, folders = scope.get("doc_types"), scope.get("folders")
+        return cls(str(scope["name"]), None if types is None else frozenset(types),
+                   None if folders is None else tuple(folders))
+
+
 #: The caller when no key is configured, and every flat ``api_keys`` key: reads all, ingests, deletes.
 FULL_ACCESS = Access("full access", can_ingest=True, can_delete=True)
 

@@ -104,7 +104,7 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
     SIGINT or SIGTERM stops it with exit 130 or 143 and the report written: what was written stays
     stored, the report lists what was not; re-run to resume.
     """
-    from ingestion.pipeline import run_ingest
+    from ingestion.ingest_command import run_ingest
 
     settings = load_settings()
     missing = [str(p) for p in paths if not os.path.lexists(p)]

@@ -2,7 +2,7 @@
 
 Public entry points: :func:`ingestion.loaders.load_file`, :class:`ingestion.store.ChunkStore`,
 :class:`ingestion.embedding.Embedder`, :func:`ingestion.store.open_store` (the store the
-settings describe), :func:`ingestion.pipeline.ingest_paths` and :func:`ingestion.pipeline.run_ingest`
+settings describe), :func:`ingestion.pipeline.ingest_paths` and :func:`ingestion.ingest_command.run_ingest`
 (the body of ``copilot ingest``; ``python -m ingestion`` runs that same command).
 Heavy dependencies (torch, chromadb) are
 imported only by the modules that need them.

@@ -36,18 +36,18 @@ same file.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ingestion.embedding import Embedder
-from ingestion.errors import LoaderError, StoreError, StoreLockedError
+from ingestion.documents import Document
+from ingestion.errors import LoaderError, StoreError
 from ingestion.files import NotRegularFileError, common_root, discover_files, own_path, read_regular_file, source_name
 from ingestion.interrupt import IngestInterrupted, mark_stopped, stop_on_signals
 from ingestion.loaders import BINARY_EXTENSIONS, LoaderConfig, LoadResult, load_bytes
@@ -62,7 +62,7 @@ from ingestion.report import (
     FileReport,
     IngestReport,
 )
-from ingestion.store import ChunkStore, DocumentWrite, StoreSettings, WriteBatch, open_store
+from ingestion.store import ChunkStore, DocumentWrite, WriteBatch
 from ingestion.stores.ingest_lock import IngestLock
 from ingestion.stores.manifest import DocumentRecord, FileRecord
 
@@ -86,8 +86,10 @@ class _Run:
 
     def __init__(self, store: ChunkStore, report: IngestReport, tracker: ProgressTracker, *, prune: bool,
                  config: LoaderConfig, batch_chunks: int, prune_under: Path | None = None,
-                 supersede_under: Path | None = None, lock: IngestLock) -> None:
+                 supersede_under: Path | None = None, lock: IngestLock,
+                 may_write: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
         self.store = store
+        self.may_write = may_write
         self.lock = lock  # the run lock: source locks while another run may write at once
         self.report = report
         self.tracker = tracker
@@ -111,6 +113,8 @@ class _Run:
             return
         source_abs, digest = str(own_path(path)), hashlib.sha256(data).hexdigest()
         self.hold_source(entry.source, source_abs)
+        if not self._writable(entry, self.store.manifest.for_source(entry.source, source_abs)):
+            return
         known = self.store.manifest.get_file(source_abs)
         if (known and known.sha256 == digest and known.settings_sig == self.settings_sig
                 and known.source == entry.source):
@@ -119,6 +123,8 @@ class _Run:
             return
         result = self.load(path, entry, data)
         if result is None:
+            return
+        if not self._writable(entry, result.documents):
             return
         self.tracker.start_file(len(result.documents))
         parsed = _Parsed(source_abs, digest, result)
@@ -132,6 +138,20 @@ class _Run:
             return
         n_chunks = self.chunk(entry, parsed, mine)
         self.settle(entry, parsed, mine, superseded, n_chunks)
+
+    def _writable(self, entry: FileReport, documents: Sequence[DocumentRecord | Document]) -> bool:
+        """False (``entry`` ``failed``) when ``may_write`` refuses one of ``documents`` (the file's new
+        ones, or the stored ones it would replace): a scoped API key writes only what it may read."""
+        if self.may_write is None:
+            return True
+        for doc in documents:
+            meta = doc.metadata if isinstance(doc, Document) else {"doc_type": doc.doc_type, "source": doc.source}
+            if not self.may_write(meta):
+                entry.status = "failed"
+                entry.reason = ("this API key may not write it: the file holds (or would replace) documents outside "
+                                "the key's read scope")
+                return False
+        return True
 
     def hold_source(self, source: str, source_abs: str) -> None:
         """Hold the file's source locks until its last batch is written (a parallel run given the same
@@ -321,7 +341,8 @@ class _Run:
 def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, progress: bool | None = None,
                  on_progress: Callable[[IngestProgress], None] | None = None, root: Path | None = None,
                  loader_config: LoaderConfig | None = None, batch_chunks: int = DEFAULT_BATCH_CHUNKS,
-                 prune_under: Path | None = None, supersede_under: Path | None = None) -> IngestReport:
+                 prune_under: Path | None = None, supersede_under: Path | None = None,
+                 may_write: Callable[[Mapping[str, Any]], bool] | None = None) -> IngestReport:
     """Ingest files and directories into ``store``.
 
     Args:
@@ -331,9 +352,9 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
             file, and documents of files that became empty.
         prune_under: with ``prune``, only documents whose source file lay under this folder
             are pruned for being gone (None: any document of the store).
-        supersede_under: a stored document with the same source name recorded from another
-            file under this folder is replaced instead of refused (the API's uploads folder,
-            where a newer upload of a name replaces the older one).
+        supersede_under: a stored document of the same source name from another file under this
+            folder is replaced, not refused (the API's uploads: a newer upload replaces the older).
+        may_write: a file with a document (new, or stored and replaced) it refuses is ``failed``.
         progress: rich progress bar (True), log lines (False), or auto: a bar when stderr is a TTY.
         on_progress: called with an :class:`IngestProgress` after each file and batch.
         root: sources are recorded relative to it (default: :func:`common_root` of ``paths``).
@@ -361,7 +382,7 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
         display = ProgressDisplay(sys.stderr.isatty() if progress is None else progress, len(files))
         run = _Run(store, report, ProgressTracker(display, on_progress, files, started), prune=prune,
                    config=loader_config or LoaderConfig(), batch_chunks=batch_chunks, prune_under=prune_under,
-                   supersede_under=supersede_under, lock=lock)
+                   supersede_under=supersede_under, lock=lock, may_write=may_write)
         try:
             _ingest_files(run, files, root)
         except StoreError as exc:
@@ -419,82 +440,6 @@ def _ingest_files(run: _Run, files: list[Path], root: Path) -> None:
     run.flush()
 
 
-def write_report(report: IngestReport, path: Path) -> None:
-    """Write ``report.to_dict()`` as indented JSON to ``path`` (parents created)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-@dataclass
-class IngestOutcome:
-    """What :func:`run_ingest` did: the report (``report.error`` says why a run did not
-    complete) and the process exit code (``EXIT_*``)."""
-
-    report: IngestReport
-    exit_code: int
-
-
-def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = False,
-               report_file: Path | None = None, progress: bool | None = None,
-               loader_config: LoaderConfig | None = None, embedder: Embedder | None = None) -> IngestOutcome:
-    """Body of ``copilot ingest PATH... [--prune] [--report FILE.json]`` (``python -m ingestion`` runs that command).
-
-    Opens the store with :func:`ingestion.store.open_store`, ingests, logs each failed file
-    and record, and writes the report to ``report_file`` -- also when the run could not
-    happen (another ingest holds the lock) or stopped (store error): ``error`` then says why.
-
-    Args:
-        paths: files and folders (callers check they exist).
-        settings: store settings (``data_dir``, ``chroma_url``, ``collection``, ``embedding_model``).
-        prune / progress / loader_config: as for :func:`ingest_paths`.
-        embedder: an already-built embedder (default: from the settings).
-    Returns:
-        The report and the exit code: ``EXIT_OK``, ``EXIT_FAILED`` (files or records failed),
-        ``EXIT_LOCKED`` (another ingest holds the store's lock), ``EXIT_STORE`` (the store is
-        unusable or failed mid-run), ``EXIT_USAGE`` (the report file cannot be written), or
-        128 + the signal's number (130, 143) when SIGINT or SIGTERM stopped the run (see
-        :mod:`ingestion.interrupt`: what was written stays stored, the report says what was not).
-    """
-    report = IngestReport()
-    code = EXIT_OK
-    try:
-        store = open_store(settings, embedder=embedder)
-    except StoreError as exc:
-        report.error, code = str(exc), EXIT_STORE
-    else:
-        try:
-            with stop_on_signals():
-                report = ingest_paths([Path(p) for p in paths], store, prune=prune, progress=progress,
-                                      loader_config=loader_config)
-        except IngestInterrupted as exc:  # SIGINT / SIGTERM: the report says what was stored
-            report, code = exc.report or report, exc.exit_code
-            report.error = report.error or f"interrupted by {exc.signal_name} before any file was read"
-        except StoreLockedError as exc:
-            report.error, code = str(exc), EXIT_LOCKED
-        except StoreError as exc:
-            report = getattr(exc, "report", None) or report
-            report.error, code = str(exc), EXIT_STORE
-        finally:
-            store.close()
-    if code == EXIT_OK:
-        code = EXIT_OK if report.ok else EXIT_FAILED
-    for entry in report.files:
-        if entry.status == "failed":
-            log.error("failed: %s: %s", entry.source, entry.reason)
-        for failure in entry.failed_records:
-            log.error("record failed: %s %s: %s", entry.source, failure["where"], failure["reason"])
-    if report_file is not None:
-        try:
-            write_report(report, Path(report_file))
-        except OSError as exc:
-            log.error("cannot write the report to %s: %s", report_file, exc.strerror or exc)
-            if code == EXIT_OK or code == EXIT_FAILED:
-                code = EXIT_USAGE
-    return IngestOutcome(report, code)
-
-
-__all__ = ["IngestProgress", "IngestReport", "IngestOutcome", "FileReport", "ingest_paths", "run_ingest",
-           "write_report", "discover_files", "common_root", "source_name", "own_path", "read_regular_file",
-           "NotRegularFileError", "StoreError", "IngestInterrupted", "stop_on_signals", "EXIT_OK",
-           "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE", "EXIT_CODES_HELP"]
+__all__ = ["IngestProgress", "IngestReport", "FileReport", "ingest_paths", "discover_files", "common_root",
+           "source_name", "own_path", "read_regular_file", "NotRegularFileError", "StoreError", "IngestInterrupted",
+           "stop_on_signals", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE", "EXIT_CODES_HELP"]

@@ -187,8 +187,9 @@ class ChunkStore:
             self.dense.reopen()
 
     def close(self) -> None:
-        """Close the database connections (the store is unusable afterwards)."""
-        with self._lock:
+        """Close the dense index's client and the database connections (the store is unusable afterwards)."""
+        with self._lock, self._dense_lock:
+            self.dense.close()
             self.db.close()
 
     @property

@@ -70,11 +70,18 @@ key = "opsin-key"
 sources = ["logbooks"]
 ingest = true
 
+[[keys]]
+name = "jira-ingest"
+key = "jirain-key"
+doc_types = ["jira"]
+ingest = true
+
 [public]
 doc_types = ["postmortem"]
 """
 OPS, SEC, ADMIN, OPSIN = ({"Authorization": f"Bearer {k}"} for k in ("ops-key", "sec-key", "admin-key", "opsin-key"))
 FLAT = {"Authorization": "Bearer flat-key"}
+JIRAIN = {"Authorization": "Bearer jirain-key"}
 
 
 def ops_reads(meta: dict) -> bool:
@@ -258,6 +265,35 @@ def test_ingest_rights_folders_and_job_visibility(make_client, tmp_path):
         assert c.get("/v1/ingest", headers=SEC).status_code == 403
 
 
+def test_a_scoped_ingest_key_writes_and_replaces_only_what_it_may_read(make_client, tmp_path):
+    """A key reading only Jira tickets may not overwrite a stored CSV ticket by uploading a file
+    of the same name, nor store documents of another type, nor see other keys' jobs."""
+    ggus = (CORPUS / "tickets" / "ggus_export.csv").read_bytes()
+    jira = (CORPUS / "tickets" / "jira_export.json").read_bytes()
+    with make_client(ChunkStore(tmp_path / "own", embedder=HashEmbedder())) as c:
+        first = c.post("/v1/ingest", data={"folder": "tickets/x"}, files=[("files", ("t.csv", ggus))], headers=ADMIN)
+        assert _wait(c, first.json()["id"])["status"] == "succeeded"
+        stored = c.get("/v1/documents", headers=ADMIN).json()["documents"]
+        before = {d["doc_id"]: c.get("/v1/documents/" + quote(d["doc_id"], safe="/"), headers=ADMIN).json()
+                  for d in stored}
+        tampered = ggus.replace(b"dCache", b"TAMPERED")
+        jobs = [c.post("/v1/ingest", data={"folder": "tickets/x"}, files=[("files", ("t.csv", tampered))],
+                       headers=JIRAIN),
+                c.post("/v1/ingest", data={"folder": "tickets/y"}, files=[("files", ("new.csv", ggus))], headers=JIRAIN)]
+        for job in jobs:
+            done = _wait(c, job.json()["id"])
+            assert done["status"] == "failed", done
+            assert "may not write it" in done["report"]["files"][0]["reason"] and done["submitted_by"] == "jira-ingest"
+        after = {d: c.get("/v1/documents/" + quote(d, safe="/"), headers=ADMIN).json() for d in before}
+        assert after == before and c.get("/v1/documents", headers=ADMIN).json()["total"] == len(before)
+        own = c.post("/v1/ingest", data={"folder": "tickets/y"}, files=[("files", ("j.json", jira))], headers=JIRAIN)
+        assert _wait(c, own.json()["id"])["status"] == "succeeded"
+        listed = c.get("/v1/ingest", headers=JIRAIN).json()
+        assert {j["id"] for j in listed["jobs"]} == {own.json()["id"]} | {j.json()["id"] for j in jobs}
+        assert c.get(f"/v1/ingest/{first.json()['id']}", headers=JIRAIN).status_code == 404
+        assert c.get("/v1/ingest", headers=ADMIN).json()["total"] == 4
+
+
 # -- feedback --------------------------------------------------------------------------------------------------
 def _rating(question: str, doc_id: str | None, history: list | None = None) -> dict:
     sources = [{"n": 1, "doc_id": doc_id, "title": "t", "cited": True}] if doc_id else []
@@ -266,18 +302,20 @@ def _rating(question: str, doc_id: str | None, history: list | None = None) -> d
             "quotes": quotes, "history": history or [], "not_found": not doc_id}
 
 
-def test_feedback_lists_and_exports_only_readable_entries(client):
+def test_feedback_lists_and_exports_only_ratings_made_under_the_same_scope(client):
+    """A rating's sources are what its client sent: an admin's question about a secret, naming
+    only an ops document, must not reach the ops key."""
     ops_doc, sec_doc = "logbooks/operations.elog#2", "tickets/security/jira_export.json#OPS-107"
     follow_up = [{"role": "user", "content": "about OPS-107?"}, {"role": "assistant", "content": "the fix"}]
     posted = {"admin on ops doc": (ADMIN, _rating("admin on ops doc", ops_doc)),
               "sec on sec doc": (SEC, _rating("sec on sec doc", sec_doc)),
               "sec not found": (SEC, _rating("sec not found", None)),
               "admin follow-up": (ADMIN, _rating("admin follow-up", ops_doc, follow_up)),
-              "admin on sec doc": (ADMIN, _rating("admin on sec doc", sec_doc))}
+              "admin on sec doc": (ADMIN, _rating("admin on sec doc", sec_doc)),
+              "admin: vault token ZEBRA-SECRET-42?": (ADMIN, _rating("admin: vault token ZEBRA-SECRET-42?", ops_doc))}
     for headers, body in posted.values():
         assert client.post("/v1/feedback", json=body, headers=headers).status_code == 201
-    seen = {"ops": {"admin on ops doc"}, "sec": {"sec on sec doc", "sec not found", "admin on sec doc"},
-            "admin": set(posted)}
+    seen = {"ops": set(), "sec": {"sec on sec doc", "sec not found"}, "admin": set(posted)}
     for name, headers in (("ops", OPS), ("sec", SEC), ("admin", ADMIN)):
         page = client.get("/v1/feedback", headers=headers).json()
         assert {f["question"] for f in page["feedback"]} == seen[name] and page["total"] == len(seen[name]), name

@@ -191,6 +191,22 @@ def test_chroma_log_and_hnsw_file_keep_nothing_of_a_deleted_chunk(tmp_path):
     assert store.dense.count() == 5 and store.dense_search(text, 1)[0].chunk.doc_id == "kb.jsonl#3"
 
 
+def test_a_store_opened_and_closed_before_in_the_process_does_not_keep_the_text(tmp_path):
+    """``copilot serve`` opens the store once to check it, closes it, then the app opens its own:
+    the first one's Chroma client must not keep the folder's segments (and unsaved log) alive."""
+    from ingestion.documents import Document
+
+    ChunkStore(tmp_path / "data", embedder=HashEmbedder()).close()
+    store = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
+    store.upsert_documents([Document("kb.jsonl#S", SECRET_TEXT, {"source": "kb.jsonl", "doc_type": "jsonl",
+                                                                 "key": "S"}),
+                            Document("kb.jsonl#1", "note on pool 1", {"source": "kb.jsonl", "doc_type": "jsonl",
+                                                                      "key": "1"})])
+    assert store.delete_document("kb.jsonl#S")
+    assert leftovers(tmp_path / "data") == []
+    assert store.count_documents() == 1
+
+
 def test_compact_rewrites_the_store_and_keeps_every_document(tmp_path):
     store = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
     from ingestion.documents import Document

@@ -111,7 +111,7 @@ _LIMITED_INGEST = """
 import json, resource, signal, sys
 from pathlib import Path
 from copilot.config import Settings
-from ingestion.pipeline import run_ingest
+from ingestion.ingest_command import run_ingest
 
 settings = Settings(data_dir=Path(sys.argv[1]), _env_file=None)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead

@@ -73,3 +73,16 @@ def test_an_upload_jobs_answer_names_no_server_folder(client, tmp_path):
     assert sorted(f["path"] for f in job["report"]["files"]) == ["shift/bad.json", "shift/ops.log"]
     body = json.dumps(job) + json.dumps(client.get("/v1/ingest").json())
     assert str(tmp_path) not in body and os.path.realpath(tmp_path) not in body
+
+
+def test_the_redactor_names_known_folders_and_hides_every_other_server_path():
+    from copilot.api.redact import PathRedactor
+
+    redact = PathRedactor.of(relative={"<ingest root>": Path("/srv/in")}, named={"<data dir>": Path("/data")}).text
+    assert redact("/srv/in/tickets/a.csv failed") == "tickets/a.csv failed"
+    assert redact("cannot open /data/chroma") == "cannot open <data dir>/chroma"
+    # a known folder's name inside another path is not that folder; the other path is hidden whole
+    assert redact("already stored from /tmp/x/evals/data/corpus/a.log; ingest") == \
+        "already stored from <server path>; ingest"
+    for kept in ("see http://127.0.0.1:8000/v1/x", "POST /v1/ingest/abc/resume", "rm -rf / now", "a/b/c"):
+        assert redact(kept) == kept

@@ -17,7 +17,8 @@ from ingestion_helpers import CORPUS, HashEmbedder, copy_corpus, shared_embedder
 
 from ingestion.documents import SearchFilter  # noqa: E402
 from ingestion.errors import StoreError, StoreLockedError  # noqa: E402
-from ingestion.pipeline import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, IngestProgress, ingest_paths, run_ingest  # noqa: E402
+from ingestion.ingest_command import run_ingest  # noqa: E402
+from ingestion.pipeline import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, IngestProgress, ingest_paths  # noqa: E402
 from ingestion.store import ChunkStore  # noqa: E402
 from ingestion.stores.chroma_store import ChromaStore  # noqa: E402
 

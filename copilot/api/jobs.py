@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Literal
 
+from copilot.access import Access
 from copilot.api.redact import PathRedactor
 from copilot.api.schemas import IngestJobOut, IngestProgressOut
 from ingestion.errors import IngestError, StoreLockedError
@@ -134,6 +135,10 @@ class IngestJob:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     replica: str | None = None
+    #: the read scope of the key that started it (:meth:`copilot.access.Access.read_scope`), for a
+    #: key that may not read everything: it sees only its own jobs, and they write only documents
+    #: it may read (and replace only such)
+    writer: dict[str, Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def sources(self) -> list[str]:
@@ -154,13 +159,15 @@ class IngestJob:
             return IngestJobOut(id=self.id, kind=self.kind, status=self.status, created=self.created,
                                 started=self.started, finished=self.finished, files=self.sources(),
                                 progress=progress, report=self.report, error=self.error,
-                                warnings=list(self.warnings), replica=self.replica)
+                                warnings=list(self.warnings), replica=self.replica,
+                                submitted_by=self.writer["name"] if self.writer else None)
 
     def request(self) -> dict[str, Any]:
         """What to ingest, as stored (JSON): enough to run the job again."""
         with self.lock:
             return {"kind": self.kind, "files": [str(f) for f in self.files], "root": str(self.root),
-                    "prune": self.prune, "folder": None if self.folder is None else str(self.folder)}
+                    "prune": self.prune, "folder": None if self.folder is None else str(self.folder),
+                    "writer": self.writer}
 
     @classmethod
     def from_row(cls, row: JobRow, note: str | None = None) -> "IngestJob":
@@ -170,7 +177,8 @@ class IngestJob:
         shown = IngestJobOut.model_validate(row.state)
         return cls(row.id, req["kind"], [Path(f) for f in req["files"]], Path(req["root"]), prune=bool(req["prune"]),
                    folder=None if req["folder"] is None else PurePosixPath(req["folder"]), created=shown.created,
-                   warnings=[*shown.warnings, *([note] if note else [])], replica=row.owner)
+                   warnings=[*shown.warnings, *([note] if note else [])], replica=row.owner,
+                   writer=req.get("writer"))
 
 
 def _stored_model(row: JobRow) -> IngestJobOut:
@@ -408,8 +416,10 @@ class IngestJobManager:
             self._save(job)
             files, install_failures, prune_under, supersede_under = self._prepare(job)
             self._save(job)  # uploads: the files now live at their home
+            may_write = Access.from_read_scope(job.writer).allows if job.writer else None
             report = ingest_paths(files, self.store, prune=job.prune, progress=False, on_progress=progress,
-                                  root=job.root, prune_under=prune_under, supersede_under=supersede_under)
+                                  root=job.root, prune_under=prune_under, supersede_under=supersede_under,
+                                  may_write=may_write)
             report.files.extend(install_failures)
         except StoreLockedError as exc:
             log.info("ingest job %s waits: %s", job.id, exc)

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: An absolute POSIX path of two or more parts, not inside a URL or a relative path, nor an API route.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.<>-])/(?!v1/)(?:[\w.@+-]+/)+[\w.@+-]*")
+
 
 @dataclass(frozen=True)
 class PathRedactor:
@@ -48,13 +51,17 @@ class PathRedactor:
         return cls(tuple((folder, name, rel) for folder, (name, rel) in ordered))
 
     def text(self, value: str) -> str:
-        """``value`` with every known folder rewritten."""
+        """``value`` with every known folder rewritten, and any other absolute path (a file
+        outside those folders, e.g. one ingested by an operator's ``copilot ingest``) replaced
+        by ``<server path>``."""
         for folder, name, rel in self.folders:
             if folder not in value:
                 continue
-            value = value.replace(folder + os.sep, "" if rel else name + "/")
-            value = re.sub(re.escape(folder) + r"(?![\w.-])", name, value)
-        return value
+            start = r"(?<![\w.-])" + re.escape(folder)  # the folder itself, not a tail of another path
+            value = re.sub(start + re.escape(os.sep), "" if rel else name + "/", value)
+            value = re.sub(start + r"(?![\w.-])", name, value)
+        return _ABSOLUTE_PATH.sub("<server path>", value)
+
 
     def value(self, value: Any) -> Any:
         """``value`` (JSON-like: dicts, lists, strings, numbers) with every string rewritten."""

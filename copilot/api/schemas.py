@@ -375,6 +375,8 @@ class IngestJobOut(BaseModel):
     error: str | None = None
     warnings: list[str] = []
     replica: str | None = Field(None, description="the API replica that runs (or ran) the job")
+    submitted_by: str | None = Field(None, description="the name of the scoped API key that started it (a key "
+                                     "that may not read everything sees only its own jobs)")
 
 
 class IngestJobList(BaseModel):

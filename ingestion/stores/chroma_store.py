@@ -280,6 +280,11 @@ class ChromaStore:
             self.collection.modify(configuration={"hnsw": {"sync_threshold": old}})
             self._reopen_client()
 
+    def close(self) -> None:
+        """Close the client: an embedded Chroma left open keeps its segments (and its unsaved
+        HNSW index) cached in this process, which later clients of the same folder share."""
+        self.client.close()
+
     def _reopen_client(self) -> None:
         self.client.close()
         self._open()

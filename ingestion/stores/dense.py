@@ -53,6 +53,9 @@ class DenseIndex(Protocol):
     def reopen(self) -> None:
         """Drop cached state and read the index anew (after another process wrote to it)."""
 
+    def close(self) -> None:
+        """Release the index's client (the index is unusable afterwards)."""
+
     def purge(self) -> list[str]:
         """After deletions: remove deleted records' bytes from the index's files; returns
         warnings for what could not be removed (e.g. a server's files)."""

@@ -168,6 +168,9 @@ class PgVectorStore:
         """Nothing to drop: every query reads the server's current state."""
         self._refresh_dim()
 
+    def close(self) -> None:
+        """Nothing of its own: the table is read through the store's database, closed with it."""
+
     def purge(self) -> list[str]:
         """After deletions: plain ``VACUUM`` of the table (dead rows and their HNSW and filter
         index entries removed; PostgreSQL leaves the freed space unzeroed until reused, and its

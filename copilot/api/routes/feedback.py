@@ -5,8 +5,8 @@ Ratings are kept in the store's database (:class:`ingestion.stores.feedback_tabl
 so every replica of a shared store sees them. Rating needs what asking needs (a key when keys
 are configured, unless ``public_reads``); listing and exporting show other people's questions,
 so they always need a key when keys are configured. A key with a read scope lists and exports
-only the ratings made under its own scope, and those that name at least one source, all of
-which it may read, and no earlier turns (which may quote other documents).
+only the ratings made under its own read scope (a rating's sources are what its client sent,
+so they cannot vouch for its question and answer).
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from fastapi import APIRouter, Depends, Query, status
 from fastapi.responses import Response
 
 from copilot.access import Access
-from copilot.api.dependencies import ask_auth, get_feedback, get_service, get_settings, require_api_key
+from copilot.api.dependencies import ask_auth, get_feedback, get_settings, require_api_key
 from copilot.api.schemas import ErrorResponse, FeedbackCreated, FeedbackOut, FeedbackPage, FeedbackRequest
 from copilot.config import Settings
 from copilot.feedback_export import export_questions
-from copilot.service import CopilotService
 from ingestion.stores.feedback_table import FeedbackRow, FeedbackTable
 
 router = APIRouter(prefix="/v1/feedback", tags=["feedback"])
@@ -40,24 +39,13 @@ def _created(row: FeedbackRow) -> datetime:
     return datetime.fromtimestamp(row.created, UTC)
 
 
-def readable(rows: list[FeedbackRow], access: Access, service: CopilotService) -> list[FeedbackRow]:
-    """The ratings ``access`` may see: all of them for a key without a read scope; else those
-    rated under its own scope, and those naming at least one source (shown or quoted), every one
-    a stored document it may read, and no earlier turns."""
+def readable(rows: list[FeedbackRow], access: Access) -> list[FeedbackRow]:
+    """The ratings ``access`` may see: all of them for a key without a read scope; else only
+    those rated under its own read scope. (The sources a rating names are what its client
+    sent, so they cannot vouch that its question and answer hold nothing of another scope.)"""
     if access.reads_all:
         return rows
-
-    def doc_ids(row: FeedbackRow) -> set[str]:
-        record = row.record
-        return {s["doc_id"] for s in record.get("sources") or []} | {q["doc_id"] for q in record.get("quotes") or []}
-
-    allowed: set[str] = set()
-    for doc_id in {d for r in rows for d in doc_ids(r)}:
-        info = service.store.get_document_info(doc_id)
-        if info is not None and access.allows(info):
-            allowed.add(doc_id)
-    return [r for r in rows if r.record.get("scope") == access.partition
-            or not r.record.get("history") and doc_ids(r) and doc_ids(r) <= allowed]
+    return [r for r in rows if r.record.get("scope") == access.partition]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=FeedbackCreated, responses=_ERRORS)
@@ -79,7 +67,7 @@ async def add_feedback(body: FeedbackRequest, settings: Settings = Depends(get_s
 async def list_feedback(rating: Literal["up", "down"] | None = Query(None, description="only these ratings"),
                         offset: int = Query(0, ge=0, le=2**63 - 1, description="ratings to skip"),
                         limit: int = Query(50, ge=1, le=1000, description="page size"),
-                        table: FeedbackTable = Depends(get_feedback), service: CopilotService = Depends(get_service),
+                        table: FeedbackTable = Depends(get_feedback),
                         access: Access = Depends(require_api_key)) -> FeedbackPage:
     """A page of the stored ratings the key may see (see the module docstring), newest first, with
     their count (a key is needed when keys are set)."""
@@ -87,7 +75,7 @@ async def list_feedback(rating: Literal["up", "down"] | None = Query(None, descr
         rows, total = await asyncio.to_thread(table.page, rating, offset, limit)
     else:
         every, _ = await asyncio.to_thread(table.page, rating, 0, 2**62)
-        visible = await asyncio.to_thread(readable, every, access, service)
+        visible = readable(every, access)
         rows, total = visible[offset:offset + limit], len(visible)
     return FeedbackPage(total=total, offset=offset, limit=limit,
                         feedback=[FeedbackOut(**r.record, id=r.id, created=_created(r)) for r in rows])
@@ -96,7 +84,7 @@ async def list_feedback(rating: Literal["up", "down"] | None = Query(None, descr
 @router.get("/export", response_class=Response,
             responses={**_ERRORS, 200: {"description": "one question per line (questions.jsonl)",
                                         "content": {EXPORT_MEDIA_TYPE: {"example": _EXPORT_EXAMPLE}}}})
-async def export_feedback(table: FeedbackTable = Depends(get_feedback), service: CopilotService = Depends(get_service),
+async def export_feedback(table: FeedbackTable = Depends(get_feedback),
                           access: Access = Depends(require_api_key)) -> Response:
     """The 👍 ratings as a question set for ``copilot eval answers --questions FILE`` (the
     ``questions.jsonl`` format): a "not found" answer becomes an unanswerable question, an answer
@@ -105,7 +93,7 @@ async def export_feedback(table: FeedbackTable = Depends(get_feedback), service:
     :mod:`copilot.feedback_export`. A key with a read scope exports the ratings it may see.
     """
     rows = await asyncio.to_thread(table.all, "up")
-    lines = export_questions(await asyncio.to_thread(readable, rows, access, service))
+    lines = export_questions(readable(rows, access))
     body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     return Response(body, media_type=EXPORT_MEDIA_TYPE,
                     headers={"Content-Disposition": 'attachment; filename="feedback-questions.jsonl"'})

@@ -118,14 +118,15 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
                 check_job_scope(access, [(folder / safe_upload_name(u.filename)).as_posix() for u in uploads], prune)
                 paths = await asyncio.to_thread(jobs.uploads.stage, job_id, [(u.filename, u.file) for u in uploads],
                                                 folder)
-            job = IngestJob(job_id, "upload", paths, jobs.uploads.staging_dir(job_id), prune=prune, folder=folder)
+            job = IngestJob(job_id, "upload", paths, jobs.uploads.staging_dir(job_id), prune=prune, folder=folder,
+                            writer=_writer(access))
         elif content_type.startswith("application/json") or not content_type:
             try:
                 body = IngestPathRequest.model_validate_json(await request.body())
             except ValidationError as exc:
                 raise RequestValidationError(exc.errors(include_url=False)) from exc
             root, files = await asyncio.to_thread(resolve_ingest_path, body.path, settings.ingest_root)
-            job = IngestJob(job_id, "path", files, root, prune=body.prune)
+            job = IngestJob(job_id, "path", files, root, prune=body.prune, writer=_writer(access))
             check_job_scope(access, job.sources(), job.prune)
         else:
             raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
@@ -152,13 +153,13 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
 async def list_ingest_jobs(offset: int = Query(0, ge=0, le=2**63 - 1), limit: int = Query(50, ge=1, le=500),
                            jobs: IngestJobManager = Depends(get_ingest_jobs),
                            access: Access = Depends(ingest_access)) -> IngestJobList:
-    """Ingest jobs of every replica, newest first, with their status and per-file reports (a
-    folder-restricted key: the jobs whose files all lie under its folders)."""
-    if access.folders is None:
+    """Ingest jobs of every replica, newest first, with their status and per-file reports (a key
+    that may not read everything: the jobs it started)."""
+    if access.reads_all:
         found, total = await asyncio.to_thread(jobs.list, offset, limit)
         return IngestJobList(jobs=found, total=total, offset=offset, limit=limit)
     every, _ = await asyncio.to_thread(jobs.list, 0, _ALL_JOBS)
-    visible = [j for j in every if job_visible(access, j.files)]
+    visible = [j for j in every if job_visible(access, j)]
     return IngestJobList(jobs=visible[offset:offset + limit], total=len(visible), offset=offset, limit=limit)
 
 
@@ -168,7 +169,7 @@ async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_inges
     """Status, progress and (once finished) the per-file report of an ingest job (of any replica;
     404 for one the key may not see)."""
     job = await asyncio.to_thread(jobs.get, job_id)
-    if job is None or not job_visible(access, job.files):
+    if job is None or not job_visible(access, job):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r} (unknown, or forgotten)")
     return job
 
@@ -188,7 +189,9 @@ async def resume_ingest_job(job_id: str, request: Request, jobs: IngestJobManage
         row = await asyncio.to_thread(jobs.table.get, job_id)
         if row is not None:
             shown = await asyncio.to_thread(jobs.get, job_id)
-            check_job_scope(access, shown.files if shown else [], bool(row.request.get("prune")), job_id)
+            if shown is None or not job_visible(access, shown):
+                raise PathRejectedError(404, f"no ingest job {job_id!r} (unknown, or forgotten)")
+            check_job_scope(access, shown.files, bool(row.request.get("prune")))
         job = await asyncio.to_thread(jobs.resume, job_id)
     except PathRejectedError as exc:
         raise _reject(exc) from exc
@@ -196,23 +199,26 @@ async def resume_ingest_job(job_id: str, request: Request, jobs: IngestJobManage
                           status_url=str(request.url_for("get_ingest_job", job_id=job.id)))
 
 
-def job_visible(access: Access, sources: list[str]) -> bool:
-    """Whether ``access`` may see (and start) a job over these files: all lie under its folders."""
-    return all(access.allows_source(s) for s in sources)
+def _writer(access: Access) -> dict | None:
+    """What a job keeps of the key that starts it: its read scope, unless it reads everything."""
+    return None if access.reads_all else access.read_scope()
 
 
-def check_job_scope(access: Access, sources: list[str], prune: bool, job_id: str | None = None) -> None:
+def job_visible(access: Access, job: IngestJobOut) -> bool:
+    """Whether ``access`` may see (and resume) ``job``: every job for a key that reads everything,
+    else the jobs it started (their reports name its files only)."""
+    return access.reads_all or job.submitted_by == access.name and all(access.allows_source(s) for s in job.files)
+
+
+def check_job_scope(access: Access, sources: list[str], prune: bool) -> None:
     """Refuse a job the key may not run.
 
     Raises:
-        PathRejectedError: 404 for a stored job (``job_id``) it may not see; 403 for sources
-            outside its folders (up to three named), or ``prune`` without the delete right and
-            full read scope.
+        PathRejectedError: 403 for sources outside its folders (up to three named), or ``prune``
+            without the delete right and full read scope.
     """
-    if not job_visible(access, sources):
-        if job_id is not None:
-            raise PathRejectedError(404, f"no ingest job {job_id!r} (unknown, or forgotten)")
-        outside = [s for s in sources if not access.allows_source(s)]
+    outside = [s for s in sources if not access.allows_source(s)]
+    if outside:
         raise PathRejectedError(403, f"the API key {access.name!r} may ingest only under {list(access.folders or ())}; "
                                      f"outside them: {', '.join(outside[:3])}")
     if prune and not (access.can_delete and access.reads_all):

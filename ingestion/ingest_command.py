@@ -1,0 +1,95 @@
+"""The ``copilot ingest`` command's body: open the store, ingest (:func:`~ingestion.pipeline.ingest_paths`),
+log what failed, write the report, and choose the exit code."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingestion.embedding import Embedder
+from ingestion.errors import StoreError, StoreLockedError
+from ingestion.interrupt import IngestInterrupted, stop_on_signals
+from ingestion.loaders import LoaderConfig
+from ingestion.pipeline import ingest_paths
+from ingestion.report import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_STORE, EXIT_USAGE, IngestReport
+from ingestion.store import StoreSettings, open_store
+
+log = logging.getLogger(__name__)
+
+
+def write_report(report: IngestReport, path: Path) -> None:
+    """Write ``report.to_dict()`` as indented JSON to ``path`` (parents created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+@dataclass
+class IngestOutcome:
+    """What :func:`run_ingest` did: the report (``report.error`` says why a run did not
+    complete) and the process exit code (``EXIT_*``)."""
+
+    report: IngestReport
+    exit_code: int
+
+
+def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = False,
+               report_file: Path | None = None, progress: bool | None = None,
+               loader_config: LoaderConfig | None = None, embedder: Embedder | None = None) -> IngestOutcome:
+    """Body of ``copilot ingest PATH... [--prune] [--report FILE.json]`` (``python -m ingestion`` runs that command).
+
+    Opens the store with :func:`ingestion.store.open_store`, ingests, logs each failed file
+    and record, and writes the report to ``report_file`` -- also when the run could not
+    happen (another ingest holds the lock) or stopped (store error): ``error`` then says why.
+
+    Args:
+        paths: files and folders (callers check they exist).
+        settings: store settings (``data_dir``, ``chroma_url``, ``collection``, ``embedding_model``).
+        prune / progress / loader_config: as for :func:`ingest_paths`.
+        embedder: an already-built embedder (default: from the settings).
+    Returns:
+        The report and the exit code: ``EXIT_OK``, ``EXIT_FAILED`` (files or records failed),
+        ``EXIT_LOCKED`` (another ingest holds the store's lock), ``EXIT_STORE`` (the store is
+        unusable or failed mid-run), ``EXIT_USAGE`` (the report file cannot be written), or
+        128 + the signal's number (130, 143) when SIGINT or SIGTERM stopped the run (see
+        :mod:`ingestion.interrupt`: what was written stays stored, the report says what was not).
+    """
+    report = IngestReport()
+    code = EXIT_OK
+    try:
+        store = open_store(settings, embedder=embedder)
+    except StoreError as exc:
+        report.error, code = str(exc), EXIT_STORE
+    else:
+        try:
+            with stop_on_signals():
+                report = ingest_paths([Path(p) for p in paths], store, prune=prune, progress=progress,
+                                      loader_config=loader_config)
+        except IngestInterrupted as exc:  # SIGINT / SIGTERM: the report says what was stored
+            report, code = exc.report or report, exc.exit_code
+            report.error = report.error or f"interrupted by {exc.signal_name} before any file was read"
+        except StoreLockedError as exc:
+            report.error, code = str(exc), EXIT_LOCKED
+        except StoreError as exc:
+            report = getattr(exc, "report", None) or report
+            report.error, code = str(exc), EXIT_STORE
+        finally:
+            store.close()
+    if code == EXIT_OK:
+        code = EXIT_OK if report.ok else EXIT_FAILED
+    for entry in report.files:
+        if entry.status == "failed":
+            log.error("failed: %s: %s", entry.source, entry.reason)
+        for failure in entry.failed_records:
+            log.error("record failed: %s %s: %s", entry.source, failure["where"], failure["reason"])
+    if report_file is not None:
+        try:
+            write_report(report, Path(report_file))
+        except OSError as exc:
+            log.error("cannot write the report to %s: %s", report_file, exc.strerror or exc)
+            if code == EXIT_OK or code == EXIT_FAILED:
+                code = EXIT_USAGE
+    return IngestOutcome(report, code)
