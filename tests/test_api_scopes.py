@@ -279,7 +279,8 @@ def test_a_scoped_ingest_key_writes_and_replaces_only_what_it_may_read(make_clie
         tampered = ggus.replace(b"dCache", b"TAMPERED")
         jobs = [c.post("/v1/ingest", data={"folder": "tickets/x"}, files=[("files", ("t.csv", tampered))],
                        headers=JIRAIN),
-                c.post("/v1/ingest", data={"folder": "tickets/y"}, files=[("files", ("new.csv", ggus))], headers=JIRAIN)]
+                c.post("/v1/ingest", data={"folder": "tickets/y"}, files=[("files", ("new.csv", ggus))],
+                       headers=JIRAIN)]
         for job in jobs:
             done = _wait(c, job.json()["id"])
             assert done["status"] == "failed", done
