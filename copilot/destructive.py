@@ -70,7 +70,7 @@ RULES: tuple[DestructiveRule, ...] = (
           "deletes every file of the system (rm with --no-preserve-root)"),
     _rule("rm-recursive-root",
           rf"\brm{_FLAGS}\s+-{{1,2}}(?:\w*[rR]\w*|recursive)\b{_FLAGS}\s+"
-          rf"(?:/\*?|~/?\*?|\$HOME/?\*?|/{_SYSTEM_DIRS}/?\*?){_AFTER_PATH}",
+          rf"(?P<q>['\"]?)(?:/+(?:\.+/*)?\*?|~/?\*?|\$HOME/?\*?|/{_SYSTEM_DIRS}/?\*?)(?P=q){_AFTER_PATH}",
           "deletes the root, home or a system folder recursively"),
     _rule("find-delete-root", rf"\bfind\s+/\s{_END}*?-delete\b", "deletes every matching file of the system"),
     _rule("mkfs", rf"\b(?:mkfs(?:\.\w+)?|mke2fs|mkswap){_OPTS_TARGET}", "formats a device: erases everything on it"),
@@ -83,6 +83,8 @@ RULES: tuple[DestructiveRule, ...] = (
           "wipes a device or file irrecoverably"),
     _rule("drop-database", r"\bDROP\s+(?:DATABASE|SCHEMA|TABLE)\b(?:\s+IF\s+EXISTS)?(?:\s+[\w.\"`]+)?",
           "drops a database, schema or table with all its data", re.IGNORECASE),
+    _rule("delete-all-rows", r"\bDELETE\s+FROM\s+[\w.\"`]+\s*(?:;|$)", "deletes every row of a table (no WHERE)",
+          re.IGNORECASE | re.MULTILINE),
     _rule("truncate-table", r"\b(?:[Tt][Rr][Uu][Nn][Cc][Aa][Tt][Ee]\s+[Tt][Aa][Bb][Ll][Ee]|TRUNCATE)\s+[\w.\"`]+",
           "deletes every row of a table"),
     _rule("fork-bomb", r":\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:", "fork bomb: exhausts the machine's processes"),
@@ -90,6 +92,8 @@ RULES: tuple[DestructiveRule, ...] = (
           "changes the permissions or owner of every file of the system"),
     _rule("kubectl-delete-all", rf"\bkubectl\b{_END}*?\bdelete\b{_END}*?\s(?:--all\b|--all-namespaces\b|-A\b)",
           "deletes every object of that kind in the cluster"),
+    _rule("kubectl-delete-namespace", rf"\bkubectl\b{_END}*?\bdelete\s+(?:ns|namespaces?)(?:/|\s+)[\w.-]+",
+          "deletes a namespace and everything in it"),
     _rule("storage-destroy", rf"\b(?:zpool\s+destroy\s+\S+|zfs\s+destroy\s+-\w*r\w*\s+\S+|ceph\b{_END}*?"
           rf"--yes-i-really-really-mean-it)", "destroys a storage pool and its data"),
 )

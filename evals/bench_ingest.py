@@ -26,7 +26,12 @@ stored batches stay stored, so ``copilot ingest`` resumes) and the exit status i
 times, raw encode and pipeline interleaved in whole passes (A B A B ..., medians), plus an
 unchanged re-ingest (goal: <= 1/20 of the first ingest).
 
-usage: python evals/bench_ingest.py [--records 100000] [--batch-chunks N] [--out evals/out/bench_ingest.json]
+``--stub-encoder`` replaces the model's forward pass with random vectors (same tokenizer, same
+chunks): the pipeline's own cost per record at the full record count, for a run where encoding
+100,000 records twice (raw and pipeline) does not fit the time at hand.
+
+usage: python evals/bench_ingest.py [--records 100000] [--batch-chunks N] [--stub-encoder]
+                                    [--out evals/out/bench_ingest.json]
        python evals/bench_ingest.py --mode corpus [--copies 4] [--repeats 3]
 """
 
@@ -46,6 +51,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
@@ -301,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", type=int, default=4, help="corpus mode: copies of evals/data/corpus")
     parser.add_argument("--repeats", type=int, default=3, help="corpus mode: interleaved passes")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--stub-encoder", action="store_true",
+                        help="no model forward (random vectors): the pipeline's own overhead at full N")
     parser.add_argument("--out", type=Path, default=REPO / "evals" / "out" / "bench_ingest.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -310,10 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench_ingest_"))
     code = 0
     try:
-        embedder = Embedder(device=args.device)
+        embedder = (StubEncoder if args.stub_encoder else Embedder)(device=args.device)
         started = time.perf_counter()
         _ = embedder.model
         meta = {"mode": args.mode, "device": args.device, "model": embedder.model_name, "cpus": os.cpu_count(),
+                "stub_encoder": args.stub_encoder,
                 "torch_threads": _torch_threads(), "model_load_s": round(time.perf_counter() - started, 2)}
         try:
             result = run_tickets(args, work, embedder) if args.mode == "tickets" else run_corpus(args, work, embedder)
@@ -323,6 +333,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return code
+
+
+class StubEncoder(Embedder):
+    """The embedder with the model's forward pass replaced by seeded random unit vectors (the
+    tokenizer, hence the chunks, stay the real ones): ``--stub-encoder`` times everything the
+    pipeline does besides encoding, at the full record count."""
+
+    def embed_array(self, texts: list[str]) -> np.ndarray:
+        """Random L2-normalised float32 rows, shape (len(texts), dimension)."""
+        rows = np.random.default_rng(len(texts)).standard_normal((len(texts), self.dimension)).astype(np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True).clip(min=1e-12)
 
 
 def _torch_threads() -> int:

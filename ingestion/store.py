@@ -301,8 +301,9 @@ class ChunkStore:
 
         Interrupted writes: an existing document is marked stale (its content hash cleared, so
         the next ingest of its source rewrites it); a new one has its partial Chroma records
-        deleted. Interrupted deletions are completed. File fingerprints of affected sources
-        are dropped so those files are parsed again.
+        deleted. Interrupted deletions are completed, unless they never began (every chunk still
+        in the dense index: the batch failed before, e.g. on a full disk): then the document is
+        kept. File fingerprints of affected sources are dropped so those files are parsed again.
         """
         with self._lock:
             pending = self.manifest.pending()
@@ -310,23 +311,27 @@ class ChunkStore:
                 return []
             log.warning("recovering %d document(s) from an interrupted ingest", len(pending))
             existing = self.manifest.get([p[0] for p in pending])
-            to_purge: list[str] = []
-            for doc_id, op, extent, _source, _abs in pending:
-                if op == "delete" or doc_id not in existing:
-                    to_purge.extend(make_chunk_id(doc_id, i) for i in range(extent))
+            kept = {p[0] for p in pending if p[1] == "delete" and self._untouched(existing.get(p[0]))}
+            to_purge = [make_chunk_id(doc_id, i) for doc_id, op, extent, _, _ in pending if doc_id not in kept
+                        and (op == "delete" or doc_id not in existing) for i in range(extent)]
             if to_purge:
                 self.dense.delete(to_purge)
             with self._transaction():
                 for doc_id, op, extent, source, source_abs in pending:
-                    if op == "delete":
+                    if op == "delete" and doc_id not in kept:
                         self.lexical.delete_documents([doc_id])
                         self.manifest.delete([doc_id])
-                    elif doc_id in existing:
+                    elif op != "delete" and doc_id in existing:
                         self.manifest.mark_stale(doc_id, extent)
                     self.manifest.forget_files(sources=[source] if source else [],
                                                sources_abs=[source_abs] if source_abs else [])
                 self.manifest.clear_pending(p[0] for p in pending)
             return [p[0] for p in pending]
+
+    def _untouched(self, rec: DocumentRecord | None) -> bool:
+        """Whether a stored document's chunks are all still in the dense index (no deletion began)."""
+        ids = [make_chunk_id(rec.doc_id, i) for i in range(rec.n_chunks)] if rec is not None else []
+        return bool(ids) and len(self.dense.get_embeddings(ids)) == len(ids)
 
     def delete_document(self, doc_id: str, *, uploads_dir: Path | None = None) -> bool:
         """Delete a document from both indexes and the manifest, and its bytes from their files

@@ -25,6 +25,10 @@ def test_every_v1_error_is_openai_shaped_behind_a_root_path_too(light_app, root_
     with TestClient(app, root_path=root_path) as c:
         key = {"Authorization": "Bearer k1"}
         assert _error(c.get("/v1/models"))["code"] == "invalid_api_key"
+        r = c.get("/v1/models", headers={"Authorization": "Bearer nope"})
+        assert r.status_code == 403 and _error(r)["code"] == "invalid_api_key"
+        r = c.post("/v1/ingest", json={"path": "x"}, headers=key)  # a valid key, a refused action
+        assert r.status_code == 403 and _error(r)["code"] == "permission_denied"
         r = c.get("/v1/no/such", headers=key)
         assert r.status_code == 404 and _error(r)["message"].endswith("/v1/no/such)")
         assert _error(c.get("/v1", headers=key))["code"] == "not_found"

@@ -46,6 +46,8 @@ RESTART = "systemctl restart dcache@dc-pool-07Domain.service"
     ("TRUNCATE t_job;", "truncate-table"), ("truncate table t_job", "truncate-table"),
     (":(){ :|:& };:", "fork-bomb"), ("chmod -R 777 /", "chmod-root"), ("chown -R nobody /", "chmod-root"),
     ("kubectl delete ns --all", "kubectl-delete-all"), ("kubectl delete pods -A", "kubectl-delete-all"),
+    ("rm -rf '/'", "rm-recursive-root"), ("rm -rf /.", "rm-recursive-root"), ("rm -rf //", "rm-recursive-root"),
+    ("DELETE FROM users;", "delete-all-rows"), ("kubectl delete ns prod", "kubectl-delete-namespace"),
     ("zpool destroy tank", "storage-destroy"),
     ("ceph osd pool delete p p --yes-i-really-really-mean-it", "storage-destroy"),
 ])

@@ -176,3 +176,34 @@ def test_copilot_ingest_prints_the_outcome_and_exits_1_when_every_file_fails(tmp
     printed = json.loads(proc.stdout)
     assert printed["outcome"] == "failed" and printed["failed"] == 3
     assert json.loads((tmp_path / "r.json").read_text())["outcome"] == "failed"
+
+
+def test_a_batch_that_failed_before_its_deletions_loses_no_stored_document(tmp_path):
+    """Re-ingesting from another folder renames every source (old names deleted, new ones written
+    in one batch). When the dense write fails first (a full disk), the next run's recovery must
+    keep the old documents, not complete deletions that never began."""
+    from ingestion.errors import StoreError
+
+    src = tmp_path / "src" / "site2"
+    src.mkdir(parents=True)
+    for name in ("a", "b"):
+        (src / f"{name}.md").write_text(f"# Post-mortem {name}\n\nThe {name} pool was drained and restarted.\n")
+    store = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
+    ingest_paths([src], store, root=tmp_path / "src", progress=False)
+    before = sorted(r["doc_id"] for r in store.list_documents()[0])
+    assert before == ["site2/a.md#a", "site2/b.md#b"]
+
+    def full_disk(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    store.dense.upsert = full_disk  # the batch's first dense write fails, before any deletion
+    with pytest.raises(StoreError):
+        ingest_paths([src], store, root=src, progress=False)
+    store.close()
+
+    again = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
+    assert again.recover() and sorted(r["doc_id"] for r in again.list_documents()[0]) == before
+    assert again.lexical_search("pool drained", 5) and again.dense.count() == again.count_chunks() == 2
+    report = ingest_paths([src], again, root=src, progress=False)  # with space: the rename goes through
+    assert report.ok and len(again.list_documents()[0]) == 2
+    assert sorted(r["doc_id"] for r in again.list_documents()[0]) == ["a.md#a", "b.md#b"]

@@ -16,6 +16,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from copilot.access import FULL_ACCESS, Access, KeyRing
+from copilot.api.errors import ParameterError
 from copilot.api.jobs import IngestJobManager
 from copilot.api.metrics import Metrics
 from copilot.api.scheduler import BatchScheduler
@@ -83,7 +84,7 @@ def _access(ring: KeyRing, request: Request, credentials: HTTPAuthorizationCrede
         reason = ("missing API key: send 'Authorization: Bearer <key>'" if not header
                   else "malformed Authorization header: expected 'Bearer <key>'")
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, reason, headers={"WWW-Authenticate": "Bearer"})
-    raise HTTPException(status.HTTP_403_FORBIDDEN, "invalid API key")
+    raise ParameterError(status.HTTP_403_FORBIDDEN, "invalid API key", None, "invalid_api_key")
 
 
 def require_api_key(request: Request, ring: KeyRing = Depends(get_keyring),

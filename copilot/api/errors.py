@@ -27,7 +27,7 @@ from copilot.api.redact import PathRedactor
 API_PREFIX = "/v1/"
 
 _TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
-_CODES = {400: "invalid_value", 401: "invalid_api_key", 403: "invalid_api_key", 404: "not_found",
+_CODES = {400: "invalid_value", 401: "invalid_api_key", 403: "permission_denied", 404: "not_found",
           405: "method_not_allowed", 413: "context_length_exceeded", 500: "server_error", 503: "server_overloaded"}
 #: Where a request parameter sits in FastAPI's ``loc`` (left out of ``param``).
 _SECTIONS = ("body", "query", "path", "header", "cookie")

@@ -250,7 +250,8 @@ class ErrorBody(BaseModel):
                       "rate_limit_error | server_error")
     param: str | None = None
     code: str | None = Field(None, description="e.g. invalid_value, missing_required_parameter, "
-                             "unsupported_parameter, model_not_found, invalid_api_key, server_overloaded")
+                             "unsupported_parameter, model_not_found, invalid_api_key, permission_denied, "
+                             "server_overloaded")
 
 
 class ErrorResponse(BaseModel):
