@@ -48,7 +48,7 @@ app = _CopilotApp(help="OpsCopilot: answers over operations logbooks and tickets
                   "2 bad usage or configuration, 4 the store is unusable (e.g. a read-only or missing data dir; "
                   "every command that opens it, serve included).",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
-documents_app = HelpTyper(help="List or delete stored documents.", no_args_is_help=True)
+documents_app = HelpTyper(help="List, delete or compact stored documents.", no_args_is_help=True)
 app.add_typer(documents_app, name="documents")
 app.add_typer(models_app, name="models")
 
@@ -410,6 +410,18 @@ def documents_delete(doc_id: str = typer.Argument(..., help="document id as list
         err.print(f"[red]no document with id {doc_id!r}[/red]")
         raise typer.Exit(1)
     console.print(f"deleted {doc_id}", highlight=False, markup=False)
+
+
+@documents_app.command("compact")
+def documents_compact() -> None:
+    """Rewrite the store's files in their most compact form, without any deleted bytes (slow on
+    a large store; ingest waits meanwhile): what a delete purges, plus SQLite VACUUM (PostgreSQL
+    VACUUM FULL). A Chroma server's own files are its operator's: a warning says so."""
+    from ingestion.purge import compact
+
+    for warning in compact(open_store_or_exit(load_settings())):
+        err.print(f"warning: {warning}", highlight=False, markup=False)
+    console.print("store compacted", highlight=False, markup=False)
 
 
 @app.command("config")

@@ -217,6 +217,12 @@ def test_compact_rewrites_the_store_and_keeps_every_document(tmp_path):
     assert store.count_documents() == 30 and store.dense.count() == 30
     assert store.lexical_search("FTS server 12", 1)[0].chunk.doc_id == "n.jsonl#12"
     assert (tmp_path / "data" / "index.sqlite3-wal").stat().st_size == 0
+    store.close()
+    result = subprocess.run([sys.executable, "-c", CLI_WITH_HASH_EMBEDDER, "documents", "compact"],
+                            env={**os.environ, "COPILOT_DATA_DIR": str(tmp_path / "data"), "HF_HUB_OFFLINE": "1"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "store compacted" in result.stdout, result.stderr
+    assert ChunkStore(tmp_path / "data", embedder=HashEmbedder()).count_documents() == 30
 
 
 def test_upload_copy_names_only_installed_uploads(tmp_path):

@@ -121,16 +121,21 @@ def ask_auth(request: Request, settings: Settings = Depends(get_settings), ring:
     return _access(ring, request, credentials, anonymous_ok=anonymous_ok)
 
 
+def _with_right(access: Access, allowed: bool, action: str) -> Access:
+    """``access``, or a 403 naming the key and the ``action`` it may not do."""
+    if not allowed:
+        log.info("refused: API key %r may not %s", access.name, action)
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"the API key {access.name!r} may not {action}")
+    return access
+
+
 def ingest_access(access: Access = Depends(require_api_key)) -> Access:
     """Ingest: a key with the ``ingest`` right (every key when none is configured).
 
     Raises:
         HTTPException: 401/403 as :func:`require_api_key`; 403 for a key without the right.
     """
-    if not access.can_ingest:
-        log.info("refused: API key %r may not ingest", access.name)
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"the API key {access.name!r} may not ingest")
-    return access
+    return _with_right(access, access.can_ingest, "ingest")
 
 
 def delete_access(access: Access = Depends(require_api_key)) -> Access:
@@ -139,7 +144,4 @@ def delete_access(access: Access = Depends(require_api_key)) -> Access:
     Raises:
         HTTPException: 401/403 as :func:`require_api_key`; 403 for a key without the right.
     """
-    if not access.can_delete:
-        log.info("refused: API key %r may not delete", access.name)
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"the API key {access.name!r} may not delete")
-    return access
+    return _with_right(access, access.can_delete, "delete")
