@@ -64,6 +64,9 @@ class Settings(BaseSettings):
         "target; on CPU otherwise derived:int4 built in the background and kept only when its calibration shows it "
         "pays; none elsewhere), an embedded:... name, an HF id or local path, derived:int4, derived:int8, "
         "derived:layers:N, or empty for none")
+    backend: Literal["auto", "torch", "llama.cpp"] = Field(
+        "auto", description="what runs the target: auto (llama.cpp for a GGUF target on the CPU when "
+        "llama-cpp-python is installed, else torch) | torch | llama.cpp")
     device: str = Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$", description="auto | cpu | cuda | cuda:N")
     dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
         "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
@@ -73,7 +76,7 @@ class Settings(BaseSettings):
     min_ngram: int = Field(1, ge=1, le=16)
     answer_history: int = Field(32, ge=0, le=512, description="recent answers the n-gram drafter also drafts from "
                                 "(0 = none; answers are shared by the users of one access scope)")
-    torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's)")
+    torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch and llama.cpp (default: torch's)")
     loop_stop: bool = Field(True, description="end an answer that starts repeating itself (finish_reason "
                             "'repetition'), cut before the repeats")
     loop_span: int = Field(20, ge=4, le=256, description="loop stop: the last N tokens occurred twice before "

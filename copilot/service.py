@@ -38,7 +38,7 @@ from decoding.derived_draft import LEAN_DRAFT
 from decoding.draft_plan import attach_when_ready, draft_model_plan, lean_draft_loader, load_draft
 from decoding.engine import GenerationResult, StreamEvent
 from decoding.lean_draft import LeanDraftLoader
-from decoding.models import load_model
+from decoding.models import load_target
 from decoding.stats import GenerationStats
 from ingestion.documents import SearchFilter
 from ingestion.store import ChunkStore, open_store
@@ -182,8 +182,7 @@ class CopilotService:
         self.store = store
         self.retriever = HybridRetriever(store)
         self.engine = engine
-        model_type = getattr(getattr(getattr(engine, "target", None), "model", None), "config", None)
-        self.style_name = style_name(settings.prompt_style, getattr(model_type, "model_type", None))
+        self.style_name = style_name(settings.prompt_style, getattr(getattr(engine, "target", None), "model_type", None))
         self.style: PromptStyle = PROMPT_STYLES[self.style_name]
         #: Source documents per question when a request names none (resolved once).
         self.max_sources: int = settings.max_sources or self.style.max_sources
@@ -197,7 +196,8 @@ class CopilotService:
         elif getattr(engine, "draft", None) is not None:  # test doubles of the engine may have none
             self._draft_status = f"{engine.draft.name}: loaded"
         else:
-            self._draft_status = draft_model_plan(settings.draft_model, settings.target_model, settings.device)
+            self._draft_status = draft_model_plan(settings.draft_model, settings.target_model, settings.device,
+                                                  engine.target.backend)
 
     @property
     def draft_status(self) -> str:
@@ -251,8 +251,9 @@ class CopilotService:
         store = open_store(settings)
         engine = None
         if load_models:
-            target = load_model(settings.target_model, device=settings.device, dtype=settings.dtype,
-                                cache_dir=settings.model_cache_dir)
+            target = load_target(settings.target_model, backend=settings.backend, device=settings.device,
+                                 dtype=settings.dtype, cache_dir=settings.model_cache_dir,
+                                 n_seq_max=settings.max_batch + 2)
             draft = load_draft(settings.draft_model, target, target_model=settings.target_model, device=settings.device,
                                dtype=settings.dtype, cache_dir=settings.model_cache_dir)
             engine = SpeculativeEngine(target, draft, max_ngram=settings.max_ngram,
@@ -281,7 +282,8 @@ class CopilotService:
         an answer besides the request — the target and embedding models, dtype, device, prompt
         style and the retrieval and answer settings. It changes when any of them does."""
         s = self.settings
-        parts = (s.target_model, s.dtype, s.device, s.embedding_model or "default", self.style_name, self.max_sources,
+        backend = self.engine.target.backend if self.engine is not None else s.backend
+        parts = (s.target_model, backend, s.dtype, s.device, s.embedding_model or "default", self.style_name, self.max_sources,
                  s.max_prompt_tokens, s.min_support, s.loop_stop, s.loop_span)
         return "fp_" + hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
 

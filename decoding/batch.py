@@ -4,7 +4,7 @@ A :class:`Batch` holds the engine's running requests (:class:`~decoding.request.
 :meth:`Batch.add` admits one (its prefill runs alone, then it joins); :meth:`Batch.step`
 runs one round for all: each request plans (alone: its own policy, exactly as today; in a
 batch: γ per request from the batch's cost, :mod:`decoding.batch_policy`) and drafts, one
-target pass verifies every request's draft (:func:`~decoding.packed_pass.packed_pass`: each
+target pass verifies every request's draft (:meth:`Target.forward <decoding.target.Target.forward>`: each
 request attends to its own KV cache), and each commits through its own stop checker. A
 finished or cancelled request leaves at the round boundary; the others never notice
 (iteration-level scheduling, Yu et al., OSDI 2022 "Orca").
@@ -24,28 +24,13 @@ import torch
 from decoding.batch_policy import BatchSpeculation, allocate
 from decoding.config import DEFAULT_CONFIG, GenerationConfig
 from decoding.draft_model_drafter import propose_together
-from decoding.few_token_linear import few_token_passes
-from decoding.kv_cache import PreallocatedCache
 from decoding.logits import LogitsSettings
-from decoding.packed_pass import packed_pass
 from decoding.policy import Decision
 from decoding.request import RequestState, StreamEvent
 from decoding.stats import Stopwatch
 
 if TYPE_CHECKING:
     from decoding.engine import SpeculativeEngine
-
-
-def target_pass(model: torch.nn.Module, tokens: list[int], cache: PreallocatedCache) -> torch.Tensor:
-    """One verification pass over ``tokens`` (last committed + draft): logits ``(len(tokens), vocab)``.
-
-    Runs under :func:`~decoding.few_token_linear.few_token_passes`, so a few-token pass
-    costs about one decode step on CPU.
-    """
-    x = torch.tensor([tokens], device=next(model.parameters()).device)
-    with few_token_passes():
-        logits: torch.Tensor = model(input_ids=x, cache=cache, use_cache=True).logits[0]
-    return logits
 
 
 class Batch:
@@ -182,19 +167,11 @@ class Batch:
     def _verify(self, running: list[RequestState]) -> list[torch.Tensor]:
         """One target pass over every request's last token and draft, timed into the engine's
         online pass costs; per request, logits ``(len(pass_tokens), vocab)``."""
-        engine, model = self.engine, self.engine.target.model
+        engine, target = self.engine, self.engine.target
         rows = sum(len(s.pass_tokens) for s in running)
         context = sum(s.context_tokens for s in running)
         clock = Stopwatch()
-        if len(running) == 1:
-            logits = [target_pass(model, running[0].pass_tokens, running[0].cache)]
-        elif engine.packed:
-            logits = packed_pass(model, [(s.pass_tokens, s.cache) for s in running])
-        else:  # a model without the packed layout: the requests' passes one after the other
-            logits = [target_pass(model, s.pass_tokens, s.cache) for s in running]
-        if engine.target.device.type == "cuda":
-            torch.cuda.synchronize(engine.target.device)
-        if engine.learn_costs and (len(running) == 1 or engine.packed):
+        logits = target.forward([(s.pass_tokens, s.cache) for s in running])
+        if engine.learn_costs and (len(running) == 1 or target.packed):
             engine.pass_costs.observe(rows, context, clock.ms)
         return logits
-

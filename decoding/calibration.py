@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decoding.few_token_linear import few_token_passes
-from decoding.kv_cache import PreallocatedCache, crop_cache
+from decoding.kv_cache import PreallocatedCache
 from decoding.policy import CostModel
+from decoding.target import Target
 
 _CALIBRATION_PASSAGE = (
     "[{n}] ELOG operations #{n}: dc-pool-0{m} went read-only after a disk failure in RAID set {m}. "
@@ -53,18 +53,13 @@ def _chat_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return [int(i) for i in ids]
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.inference_mode()
-def measure_forward_ms(model: PreTrainedModel, n_tokens: list[int], context_tokens: int = 256,
+def measure_forward_ms(model: Target, n_tokens: list[int], context_tokens: int = 256,
                        repeats: int = 3) -> list[float]:
     """Wall time (ms) of one forward over n new tokens after a cached context.
 
     Args:
-        model: a causal LM.
+        model: a target or draft model (any backend of :class:`~decoding.target.Target`).
         n_tokens: the numbers of new tokens to time (e.g. 1..γ+1).
         context_tokens: tokens already in the KV cache (a typical prompt length).
         repeats: timed runs per size (after one warm-up run).
@@ -73,25 +68,24 @@ def measure_forward_ms(model: PreTrainedModel, n_tokens: list[int], context_toke
         The fastest run per entry of ``n_tokens``, in milliseconds (the minimum is the
         least disturbed by other load on the machine).
     """
-    device = next(model.parameters()).device
-    vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
-    context = torch.randint(0, vocab, (1, context_tokens), generator=gen).to(device)
-    cache = PreallocatedCache(context_tokens + max(n_tokens))
-    model(input_ids=context, cache=cache, use_cache=True)
-    out = []
-    for n in n_tokens:
-        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-        times = []
-        for i in range(repeats + 1):
-            _sync(device)
-            t0 = time.perf_counter()
-            model(input_ids=ids, cache=cache, use_cache=True)
-            _sync(device)
-            if i:
-                times.append((time.perf_counter() - t0) * 1000)
-            crop_cache(cache, context_tokens)
-        out.append(min(times))
+    context = torch.randint(0, model.vocab_size, (context_tokens,), generator=gen).tolist()
+    cache = model.new_cache(context_tokens + max(n_tokens))
+    try:
+        model.prefill(context, cache)
+        out = []
+        for n in n_tokens:
+            ids = torch.randint(0, model.vocab_size, (n,), generator=gen).tolist()
+            times = []
+            for i in range(repeats + 1):
+                t0 = time.perf_counter()
+                model.forward([(ids, cache)])  # synchronizes: logits are read back
+                if i:
+                    times.append((time.perf_counter() - t0) * 1000)
+                model.rollback(cache, context_tokens)
+            out.append(min(times))
+    finally:
+        model.release(cache)
     return out
 
 
@@ -112,30 +106,28 @@ def _interpolated(sizes: list[int], times: list[float], max_tokens: int) -> list
     return costs
 
 
-def measure_draft_feed_ms(draft: PreTrainedModel, max_tokens: int, context_tokens: int = 1024,
+def measure_draft_feed_ms(draft: Target, max_tokens: int, context_tokens: int = 1024,
                           repeats: int = 3) -> tuple[float, ...]:
     """A draft model's forward over 1..``max_tokens`` new tokens after ``context_tokens`` of
     cached context (ms; index n - 1 = n tokens): its step (n = 1) and what feeding the
     tokens it lacks costs before drafting. About 2 s for the lean int4 draft on 2 CPU threads."""
-    window = int(getattr(draft.config, "max_position_embeddings", context_tokens + max_tokens))
-    context_tokens = max(1, min(context_tokens, window - max_tokens))
+    context_tokens = max(1, min(context_tokens, draft.max_positions - max_tokens))
     sizes = sorted({1, 2, 4, 8, max_tokens} & set(range(1, max_tokens + 1)))
     return tuple(_interpolated(sizes, measure_forward_ms(draft, sizes, context_tokens, repeats), max_tokens))
 
 
-def calibrate(target: PreTrainedModel, draft: PreTrainedModel | None, max_tokens: int,
+def calibrate(target: Target, draft: Target | None, max_tokens: int,
               context_tokens: int = 1024, repeats: int = 3) -> CostModel:
     """Build the policy's :class:`CostModel`: target cost for 1..max_tokens tokens (ms) after
     ``context_tokens`` of cached context (a typical RAG prompt; capped by the context
-    window), and the draft model's forward costs over 1..max_tokens tokens (ms).
+    window), and the draft model's forward costs over 1..max_tokens tokens (ms). Both run
+    the passes the engine runs (:meth:`Target.forward <decoding.target.Target.forward>`).
 
     About 6 s for SmolLM2-135M on 2 CPU threads with ``max_tokens=17``.
     """
-    window = int(getattr(target.config, "max_position_embeddings", context_tokens + max_tokens))
-    context_tokens = max(1, min(context_tokens, window - max_tokens))
+    context_tokens = max(1, min(context_tokens, target.max_positions - max_tokens))
     sizes = measured_sizes(max_tokens)
-    with few_token_passes():  # the kernels the engine's verification passes run
-        times = measure_forward_ms(target, sizes, context_tokens, repeats)
+    times = measure_forward_ms(target, sizes, context_tokens, repeats)
     verify = _interpolated(sizes, times, max_tokens)
     if draft is None:
         return CostModel(tuple(verify))
@@ -144,7 +136,7 @@ def calibrate(target: PreTrainedModel, draft: PreTrainedModel | None, max_tokens
 
 
 @torch.inference_mode()
-def measure_agreement(target: PreTrainedModel, draft: PreTrainedModel, prompt_ids: Sequence[int],
+def measure_agreement(target: Target, draft: PreTrainedModel, prompt_ids: Sequence[int],
                       answer_tokens: int = 24) -> float:
     """Teacher-forced top-1 agreement of ``draft`` with ``target`` on the target's greedy answer
     to ``prompt_ids``: the share of the ``answer_tokens`` positions where both argmaxes agree,
@@ -153,18 +145,19 @@ def measure_agreement(target: PreTrainedModel, draft: PreTrainedModel, prompt_id
     2× cheaper than the target is never tried, so it would never be measured either.
 
     Args:
-        target, draft: transformers causal LMs with one vocabulary (same device).
+        target: the target (any backend); draft: a transformers causal LM with its vocabulary.
         prompt_ids: a prompt (≥ 1 token), e.g. :func:`calibration_prompt`.
         answer_tokens: positions compared.
     """
-    device = next(target.parameters()).device
     ids = [int(t) for t in prompt_ids]
-    cache = PreallocatedCache(len(ids) + answer_tokens)
-    x, answer = torch.tensor([ids], device=device), []
-    for _ in range(answer_tokens):  # the target's greedy answer
-        nxt = int(target(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
-        answer.append(nxt)
-        x = torch.tensor([[nxt]], device=device)
+    cache = target.new_cache(len(ids) + answer_tokens)
+    try:
+        answer = [int(target.prefill(ids, cache).argmax())]
+        while len(answer) < answer_tokens:  # the target's greedy answer
+            answer.append(int(target.forward([([answer[-1]], cache)])[0][-1].argmax()))
+    finally:
+        target.release(cache)
+    device = next(draft.parameters()).device
     full = torch.tensor([ids + answer[:-1]], device=device)
     logits = draft(input_ids=full, cache=PreallocatedCache(full.shape[1]), use_cache=True,
                    logits_to_keep=len(answer)).logits[0]

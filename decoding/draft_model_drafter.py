@@ -34,13 +34,14 @@ from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.models import LoadedModel
 from decoding.online_costs import OnlineCosts
 from decoding.sampling import TokenSelector
+from decoding.target import Target
 
 
 class VocabularyMismatchError(ValueError):
     """The draft model's tokenizer/vocabulary differs from the target's."""
 
 
-def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
+def check_compatible(target: Target, draft: LoadedModel) -> None:
     """Raise :class:`VocabularyMismatchError` (naming both models) unless the draft's
     vocabulary equals the target's token for token."""
     tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
@@ -82,7 +83,7 @@ class DraftModelDrafter:
 
     name = "draft_model"
 
-    def __init__(self, draft: LoadedModel, target: LoadedModel, min_confidence: float = 0.2,
+    def __init__(self, draft: LoadedModel, target: Target, min_confidence: float = 0.2,
                  use_target_cache: bool | None = None, step_ms: float | None = None,
                  feed_ms: Sequence[float] = (), costs: OnlineCosts | None = None) -> None:
         self.draft = draft
@@ -91,7 +92,9 @@ class DraftModelDrafter:
         self.costs = costs if step_ms is not None else None
         self.model = draft.model
         self.min_confidence = min_confidence
-        same = _same_kv_layout(draft.model, target.model) and draft.dtype == target.dtype
+        # Only a torch target's KV cache can be drafted over (another backend's is its own).
+        same = isinstance(target, LoadedModel) and _same_kv_layout(draft.model, target.model) \
+            and draft.dtype == target.dtype
         self.use_target_cache = same if use_target_cache is None else use_target_cache
         self._cache: PreallocatedCache | None = None
         self._cached: list[int] = []
@@ -101,7 +104,7 @@ class DraftModelDrafter:
         self._sampling = TokenSelector()
         # Same tokenizer, but the embedding may be padded differently (Qwen2.5-0.5B vs -7B):
         # q must live on the target's vocabulary and never propose an id the target lacks.
-        self._target_vocab = int(target.model.config.vocab_size)
+        self._target_vocab = target.vocab_size
 
     def begin(self, request: DraftRequest) -> None:
         """Reset per request; remember the target's KV cache (by reference: a draft that

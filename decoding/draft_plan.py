@@ -27,27 +27,34 @@ from decoding.engine import SpeculativeEngine
 from decoding.lean_draft.calibration import MIN_AGREEMENT, MIN_STEP_RATIO
 from decoding.lean_draft.loader import LeanDraftLoader
 from decoding.models import LoadedModel, load_model, resolve_device
+from decoding.target import Target
 
 log = logging.getLogger(__name__)
 
 
-def auto_draft_plan(draft_model: str, target_model: str, device: str) -> str | None:
+def auto_draft_plan(draft_model: str, target_model: str, device: str, backend: str = "torch") -> str | None:
     """What ``draft_model = "auto"`` uses for ``target_model`` on ``device`` (``"auto"``,
-    ``"cpu"``, ``"cuda:0"``...): the embedded 0.5B name, :data:`LEAN_DRAFT` or ``None`` (none).
-    ``None`` also when ``draft_model`` is not ``"auto"``."""
-    if draft_model != AUTO_DRAFT:
+    ``"cpu"``, ``"cuda:0"``...) and the target's ``backend``: the embedded 0.5B name,
+    :data:`LEAN_DRAFT` or ``None`` (none). ``None`` also when ``draft_model`` is not ``"auto"``,
+    and on the llama.cpp backend: there a verification pass over k tokens costs about k/2
+    one-token steps and the 0.5B's step half the 1.5B's, so no draft model pays
+    (``evals/results/README.md``, "llama.cpp backend")."""
+    if draft_model != AUTO_DRAFT or backend != "torch":
         return None
     if find_embedded(target_model) is QWEN_CODER_15B:
         return QWEN_CODER_05B.name
     return LEAN_DRAFT if resolve_device(device).type == "cpu" else None
 
 
-def draft_model_plan(draft_model: str, target_model: str, device: str) -> str:
+def draft_model_plan(draft_model: str, target_model: str, device: str, backend: str = "torch") -> str:
     """One line for ``copilot config``: which draft model will be loaded and how."""
     if not draft_model:
         return "none (no draft model is configured): the n-gram drafter alone"
     if draft_model != AUTO_DRAFT:
         return f"{draft_model}, loaded at start"
+    if backend != "torch":
+        return (f"auto: none on the {backend} backend (no draft model pays there: evals/results/README.md): the "
+                "n-gram drafter alone")
     plan = auto_draft_plan(draft_model, target_model, device)
     if plan == LEAN_DRAFT:
         return ("auto: derived:int4 built in the background at start (n-gram drafting meanwhile) and kept "
@@ -58,7 +65,7 @@ def draft_model_plan(draft_model: str, target_model: str, device: str) -> str:
     return "auto: none on this device (derived:int4 is a CPU recipe): the n-gram drafter alone"
 
 
-def load_draft(draft_model: str, target: LoadedModel, *, target_model: str, device: str, dtype: str,
+def load_draft(draft_model: str, target: Target, *, target_model: str, device: str, dtype: str,
                cache_dir: str | Path) -> LoadedModel | None:
     """The draft model to load with the target: none, one derived from the target, the
     same-family embedded draft (``auto`` with the embedded 1.5B target) or any HF id/path.
@@ -74,22 +81,29 @@ def load_draft(draft_model: str, target: LoadedModel, *, target_model: str, devi
 
     Raises:
         decoding.embedded.ModelLoadError: the draft model cannot be loaded.
-        ValueError: an unknown ``derived:`` spec.
+        ValueError: an unknown ``derived:`` spec, or one asked of a target that is not a torch model.
     """
-    spec = auto_draft_plan(draft_model, target_model, device) if draft_model == AUTO_DRAFT else draft_model
+    spec = auto_draft_plan(draft_model, target_model, device, target.backend) if draft_model == AUTO_DRAFT \
+        else draft_model
+    if spec and spec.startswith(DERIVED_PREFIX) and not isinstance(target, LoadedModel):
+        raise ValueError(f"draft_model {spec!r} is derived from a torch target's weights; the target runs on "
+                         f"{target.backend}: leave draft_model empty or auto, or name a model")
     if not spec or spec == LEAN_DRAFT:
         return None
     if spec.startswith(DERIVED_PREFIX):
+        assert isinstance(target, LoadedModel)
         return derive_draft(target, spec, cache_dir=cache_dir)
     return load_model(spec, device=device, dtype=dtype, cache_dir=cache_dir)
 
 
-def lean_draft_loader(draft_model: str, target: LoadedModel, *, target_model: str, device: str,
+def lean_draft_loader(draft_model: str, target: Target, *, target_model: str, device: str,
                       cache_dir: str | Path | None) -> LeanDraftLoader | None:
     """The ``derived:int4`` build this setting asks for (not started), or ``None``: for
     ``auto`` (when it plans ``derived:int4``) one that keeps the draft only when its
     calibration pays; for ``derived:int4`` one that keeps it whatever the calibration says
-    (asked for explicitly)."""
+    (asked for explicitly). Always ``None`` for a target that is not a torch model."""
+    if not isinstance(target, LoadedModel):
+        return None
     explicit = draft_model == LEAN_DRAFT
     if not explicit and auto_draft_plan(draft_model, target_model, device) != LEAN_DRAFT:
         return None

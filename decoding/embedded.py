@@ -210,6 +210,18 @@ def assemble_gguf(model: EmbeddedModel, out: Path) -> Path:
     return out
 
 
+def gguf_part(model: EmbeddedModel) -> Path | None:
+    """The GGUF file of a model shipped whole in one wheel (SmolLM2), read in place; ``None``
+    for a GGUF split over several wheels (assemble it with :func:`assemble_gguf`).
+
+    Raises:
+        EmbeddedModelError: its wheel is not installed or holds no GGUF.
+    """
+    if len(model.parts) == 1 and model.parts[0].path_suffix == ".gguf":
+        return _locate(model, model.parts[0])[0]
+    return None
+
+
 def embedded_folder(model: EmbeddedModel, cache_dir: Path) -> Path:
     """The dequantized safetensors folder of ``model``, built once under ``cache_dir``.
 
@@ -228,9 +240,8 @@ def embedded_folder(model: EmbeddedModel, cache_dir: Path) -> Path:
     cache_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=model.folder + ".", suffix=".tmp", dir=cache_dir))
     try:
-        if len(model.parts) == 1 and model.parts[0].path_suffix == ".gguf":
-            gguf, _ = _locate(model, model.parts[0])
-        else:
+        gguf = gguf_part(model)
+        if gguf is None:
             log.info("assembling %s from %d part wheels (checking every hash)", model.name, len(model.parts))
             gguf = assemble_gguf(model, work / f"{model.folder}.gguf")
         log.info("dequantizing %s (one-off) into %s", gguf.name, folder)

@@ -34,9 +34,9 @@ from decoding.memory import return_freed_memory
 from decoding.models import LoadedModel
 from decoding.ngram_drafter import AnswerHistory, NGramDrafter
 from decoding.online_costs import OnlineCosts
-from decoding.packed_pass import supports_packed_pass
 from decoding.policy import AcceptanceTable, CostModel, PolicyConfig
 from decoding.request import GenerationResult, StreamEvent
+from decoding.target import Target
 
 __all__ = ["GenerationResult", "PromptError", "SpeculativeEngine", "StreamEvent"]
 
@@ -47,12 +47,12 @@ class PromptError(ValueError):
     """The prompt is empty or does not fit the model's context window."""
 
 
-def _measure_draft_agreement(target: LoadedModel, draft: LoadedModel, context_tokens: int = 600,
+def _measure_draft_agreement(target: Target, draft: LoadedModel, context_tokens: int = 600,
                              answer_tokens: int = 24) -> float:
     """The draft's agreement with the target on a built-in ops RAG prompt (fits the context window)."""
     room = max(1, min(context_tokens, target.max_positions, draft.max_positions) - answer_tokens - 1)
     ids = calibration_prompt(target.tokenizer, room)[-room:]
-    return measure_agreement(target.model, draft.model, ids, answer_tokens)
+    return measure_agreement(target, draft.model, ids, answer_tokens)
 
 
 class SpeculativeEngine:
@@ -94,7 +94,7 @@ class SpeculativeEngine:
         ValueError: two drafters share a name.
     """
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, *,
+    def __init__(self, target: Target, draft: LoadedModel | None = None, *,
                  drafters: Sequence[Drafter] | None = None, costs: CostModel | None = None,
                  policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 1,
                  max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2,
@@ -107,11 +107,10 @@ class SpeculativeEngine:
         self.acceptance = AcceptanceTable(policy or PolicyConfig())
         self.history = AnswerHistory(max_ngram, min_ngram, answer_history)
         self.typical_answer_tokens = 64.0  # moving average of answer lengths (tokens): prices a draft prefill
-        self.costs = costs or calibrate(target.model, draft.model if draft else None, max_speculative_tokens + 1)
+        self.costs = costs or calibrate(target, draft, max_speculative_tokens + 1)
         self.pass_costs = OnlineCosts(self.costs.verify_ms)  # what real passes cost, learned as they run
         self.learn_costs = costs is None if learn_costs is None else learn_costs
         self.threads = torch.get_num_threads()  # every round runs on these intra-op threads (see Batch)
-        self.packed = supports_packed_pass(target.model)  # requests of a batch share one target pass
         self.batch_speculation = batch_speculation or BatchSpeculation()
         if drafters is None:
             drafters = [NGramDrafter(max_ngram, min_ngram, history=self.history)]
@@ -156,7 +155,7 @@ class SpeculativeEngine:
         """
         check_compatible(self.target, draft)
         if feed_ms is None:
-            feed_ms = measure_draft_feed_ms(draft.model, len(self.costs.verify_ms))
+            feed_ms = measure_draft_feed_ms(draft, len(self.costs.verify_ms))
         costs = CostModel(self.costs.verify_ms, step_ms, tuple(feed_ms))
         drafter = DraftModelDrafter(draft, self.target, min_confidence, step_ms=step_ms, feed_ms=feed_ms,
                                     costs=self._draft_costs(costs))
@@ -228,7 +227,7 @@ class SpeculativeEngine:
                 the engine cannot apply exactly.
         """
         target = self.target
-        return effective_settings(config, target.generation_defaults, target.model.config.vocab_size)
+        return effective_settings(config, target.generation_defaults, target.vocab_size)
 
     def check_request(self, prompt_ids: Sequence[int], config: GenerationConfig,
                       contexts: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
@@ -253,7 +252,7 @@ class SpeculativeEngine:
         if mode.single and not any(mode.selects(d.name) for d in self.drafters):
             raise ValueError(f"drafting={mode.value!r} needs a {mode.value.replace('_', ' ')} drafter; this engine "
                              f"has {[d.name for d in self.drafters] or 'none'} (none is loaded)")
-        vocab = self.target.model.config.vocab_size
+        vocab = self.target.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
             raise PromptError(f"prompt token ids outside the vocabulary [0, {vocab}): got {min(prompt)}..{max(prompt)}")
         lists = [[int(t) for t in c] for c in contexts]

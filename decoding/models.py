@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel, PreTrainedTokenizerBase
 
 from decoding.attention import use_gqa_attention
 from decoding.embedded import SMOLLM2_135M, ModelLoadError, embedded_folder, find_embedded
-from decoding.few_token_linear import use_few_token_linear
+from decoding.few_token_linear import few_token_passes, use_few_token_linear
+from decoding.kv_cache import PreallocatedCache, crop_cache
+from decoding.packed_pass import packed_pass, supports_packed_pass
+from decoding.target import KVCache, Target
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +68,8 @@ def generation_defaults(model: object) -> dict[str, object]:
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready for decoding.
+    """A causal LM ready for decoding: the torch backend of the target seam
+    (:class:`decoding.target.Target`), and the form every draft model takes.
 
     Attributes:
         model: the transformers model in eval mode on ``device`` with ``dtype``.
@@ -78,6 +84,7 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     name: str
     generation_defaults: dict[str, object] = field(init=False)
+    backend: str = field(default="torch", init=False)
 
     def __post_init__(self) -> None:
         self.generation_defaults = generation_defaults(self.model)
@@ -103,6 +110,73 @@ class LoadedModel:
         if eos is None:
             return ()
         return tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+
+    # -- the target seam (decoding.target.Target), in torch ---------------------------------
+    @property
+    def model_type(self) -> str | None:
+        """``config.model_type`` (``"qwen2"``, ``"llama"``), ``None`` when the config has none."""
+        return getattr(getattr(self.model, "config", None), "model_type", None)
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the LM head (``config.vocab_size``)."""
+        return int(self.model.config.vocab_size)
+
+    @cached_property
+    def packed(self) -> bool:
+        """Whether several requests share one pass (:func:`~decoding.packed_pass.supports_packed_pass`)."""
+        return supports_packed_pass(self.model)
+
+    def new_cache(self, capacity: int) -> PreallocatedCache:
+        """An empty :class:`~decoding.kv_cache.PreallocatedCache` reserving ``capacity`` positions."""
+        return PreallocatedCache(capacity)
+
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
+        """Run the prompt into ``cache``; the last position's logits ``(vocab,)`` in the model's dtype.
+
+        Only the last position goes through the LM head (``logits_to_keep=1``): for a
+        1,000-token prompt and a 49k vocabulary the full head would cost more than the layers.
+        """
+        x = torch.tensor([list(prompt_ids)], device=self.device)
+        logits: torch.Tensor = self.model(input_ids=x, cache=_torch_cache(cache), use_cache=True,
+                                          logits_to_keep=1).logits[0, -1]
+        return logits
+
+    @torch.inference_mode()
+    def forward(self, rows: Sequence[tuple[Sequence[int], KVCache]]) -> list[torch.Tensor]:
+        """One pass per request over its new tokens (``(n, vocab)`` logits each): one packed pass
+        for several requests when :attr:`packed`, else their passes one after the other. Runs
+        under :func:`~decoding.few_token_linear.few_token_passes`, so a few-token pass costs
+        about one decode step on CPU."""
+        caches = [(tokens, _torch_cache(cache)) for tokens, cache in rows]
+        if len(rows) > 1 and self.packed:
+            out = packed_pass(self.model, caches)
+        else:
+            with few_token_passes():
+                out = [self.model(input_ids=torch.tensor([list(tokens)], device=self.device), cache=cache,
+                                  use_cache=True).logits[0] for tokens, cache in caches]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return out
+
+    def rollback(self, cache: KVCache, keep: int) -> None:
+        """Crop ``cache`` to ``keep`` positions (:func:`~decoding.kv_cache.crop_cache`)."""
+        crop_cache(_torch_cache(cache), keep)
+
+    def release(self, cache: KVCache) -> None:
+        """Nothing to do: the cache's buffers go with the last reference to it."""
+
+
+def _torch_cache(cache: KVCache) -> Cache:
+    """``cache`` as the transformers ``Cache`` it must be on this backend.
+
+    Raises:
+        TypeError: a cache made by another backend.
+    """
+    if not isinstance(cache, Cache):
+        raise TypeError(f"a torch target runs on transformers caches, got {type(cache).__name__}")
+    return cache
 
 
 def resolve_device(device: str) -> torch.device:
@@ -184,3 +258,63 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     log.info("loaded %s on %s (%s); checkpoint generation settings: %s", name_or_path, dev, torch_dtype,
              loaded.generation_defaults or "none")
     return loaded
+
+
+#: ``backend`` values of :func:`load_target`.
+BACKENDS = ("auto", "torch", "llama.cpp")
+
+
+def resolve_backend(backend: str, name_or_path: str, device: str) -> str:
+    """Which backend :func:`load_target` runs ``name_or_path`` on.
+
+    ``"auto"`` picks llama.cpp for a GGUF (an embedded model or a ``.gguf`` file) on the CPU
+    when llama-cpp-python is installed — the file's own quantized kernels, 3–10× faster per
+    token here than its fp32 dequantization (``evals/results/README.md``) — and torch otherwise
+    (CUDA, any Hugging Face id or folder).
+
+    Raises:
+        ValueError: an unknown backend, or ``"llama.cpp"`` for a model that is not a GGUF
+            or on a device other than the CPU.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    is_gguf = find_embedded(name_or_path) is not None or name_or_path.endswith(".gguf")
+    on_cpu = resolve_device(device).type == "cpu"
+    if backend == "llama.cpp" and not (is_gguf and on_cpu):
+        raise ValueError(f"backend llama.cpp runs a GGUF (an embedded model or a .gguf file) on the CPU; "
+                         f"got {name_or_path!r} on {device!r}")
+    if backend == "auto":
+        from decoding.llamacpp import available
+
+        return "llama.cpp" if is_gguf and on_cpu and available() else "torch"
+    return backend
+
+
+def load_target(name_or_path: str, *, backend: str = "auto", device: str = "auto", dtype: str = "auto",
+                cache_dir: Path | str = Path(".opscopilot/models"), n_seq_max: int = 16) -> Target:
+    """Load the target model on the backend :func:`resolve_backend` picks.
+
+    Args:
+        name_or_path, device, dtype, cache_dir: as :func:`load_model` (``dtype`` is the torch
+            backend's; llama.cpp computes in the GGUF's own types).
+        backend: ``"auto"``, ``"torch"`` or ``"llama.cpp"``.
+        n_seq_max: requests that can hold a KV cache at once (llama.cpp).
+
+    Returns:
+        A :class:`~decoding.target.Target`: a :class:`LoadedModel` (torch) or a
+        :class:`~decoding.llamacpp.LlamaCppModel` on ``torch.get_num_threads()`` threads.
+
+    Raises:
+        ModelLoadError: the model cannot be found or loaded; LlamaCppUnavailable (a
+            ModelLoadError) when llama.cpp was asked for and is not installed.
+        ValueError: as :func:`resolve_backend`.
+    """
+    chosen = resolve_backend(backend, name_or_path, device)
+    if chosen == "torch":
+        return load_model(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir)
+    from decoding.llamacpp import embedded_gguf, load_llamacpp
+
+    cache = Path(cache_dir)
+    embedded = find_embedded(name_or_path)
+    gguf = embedded_gguf(embedded, cache) if embedded is not None else Path(name_or_path).expanduser()
+    return load_llamacpp(name_or_path, gguf, cache, n_threads=torch.get_num_threads(), n_seq_max=n_seq_max)

@@ -25,12 +25,12 @@ from decoding.config import GenerationConfig
 from decoding.detokenize import IncrementalDetokenizer
 from decoding.draft_model_drafter import DraftModelDrafter
 from decoding.drafter import Draft, Drafter, DraftingMode, DraftRequest, Offer, join_drafts
-from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.logits import LogitsSettings, effective_settings
 from decoding.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, Segment, draft_prefill_pays
 from decoding.sampling import TokenSelector
 from decoding.stats import GenerationStats, RequestClock
 from decoding.stopping import StopChecker
+from decoding.target import KVCache
 from decoding.verification import verify_greedy
 
 if TYPE_CHECKING:
@@ -70,17 +70,6 @@ class StreamEvent:
     delta: str
     token_ids: list[int] = field(default_factory=list)
     result: GenerationResult | None = None
-
-
-def prefill(model: torch.nn.Module, prompt_ids: list[int], cache: PreallocatedCache) -> torch.Tensor:
-    """Run the prompt through the model into ``cache``; return the last position's logits ``(vocab,)``.
-
-    Only the last position goes through the LM head (``logits_to_keep=1``): for a
-    1,000-token prompt and a 49k vocabulary the full head would cost more than the layers.
-    """
-    x = torch.tensor([prompt_ids], device=next(model.parameters()).device)
-    logits: torch.Tensor = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
-    return logits
 
 
 def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[Offer]]:
@@ -144,11 +133,11 @@ class RequestState:
         self.detok = IncrementalDetokenizer(target.tokenizer, tuple(config.stop_strings))
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.settings = settings if settings is not None else effective_settings(
-            config, target.generation_defaults, target.model.config.vocab_size)
+            config, target.generation_defaults, target.vocab_size)
         self.stats.generation_settings = self.settings.to_dict()
         # A seeded sample must not depend on earlier requests: no answer history, priors only.
         self.seeded = not config.greedy and config.seed is not None
-        self._cache: PreallocatedCache | None = None  # from start() until finish()
+        self._cache: KVCache | None = None  # from start() until finish()
         self._sampling: TokenSelector | None = None
         self.drafters: list[Drafter] = []
         self._policy: DrafterPolicy | None = None
@@ -164,7 +153,7 @@ class RequestState:
         return self.stop.finish_reason is not None
 
     @property
-    def cache(self) -> PreallocatedCache:
+    def cache(self) -> KVCache:
         """Its target KV cache (from :meth:`start` until :meth:`finish`)."""
         if self._cache is None:
             raise RuntimeError("the request has no KV cache: not started, or finished")
@@ -199,8 +188,8 @@ class RequestState:
         sampling = self._sampling = TokenSelector(
             self.settings.processors(len(self.prompt), self._eos, target.device), self.config.temperature,
             self.config.top_k, self.config.top_p, self.config.seed, len(self.prompt), target.device)
-        self._cache = PreallocatedCache(len(self.prompt) + min(self.budget, KV_OUTPUT_PREALLOC))
-        logits = prefill(target.model, self.prompt, self._cache)
+        self._cache = target.new_cache(len(self.prompt) + min(self.budget, KV_OUTPUT_PREALLOC))
+        logits = target.prefill(self.prompt, self._cache)
         self.clock.prefilled()
         committed = self.stop.accept([sampling.choose(self.prompt, logits)])
         stats.record_first()
@@ -310,7 +299,7 @@ class RequestState:
             seq_len = len(self.prompt) + len(self.stop.output)
             scores = self.sampling.scores(self.prompt + self.stop.output, self.draft.tokens, logits)
             block, n_accepted = verify_greedy(self.draft.tokens, scores)
-            crop_cache(self.cache, seq_len + n_accepted)
+            self.engine.target.rollback(self.cache, seq_len + n_accepted)
             committed = self.stop.accept(block)
             proposed = [(s.offer.drafter, len(d.tokens), d.origin)
                         for s, d in zip(self.decision.segments, self._segments, strict=False)]
@@ -343,7 +332,9 @@ class RequestState:
         stats.finish_reason = stop.finish_reason
         text = stop.final_text()
         result = GenerationResult(list(stop.output), text, stop.finish_reason or "length", stats)
-        self._cache = None  # free the KV cache now, not when the caller drops the state
+        if self._cache is not None:  # free the KV cache now, not when the caller drops the state
+            self.engine.target.release(self._cache)
+        self._cache = None
         return StreamEvent(self.detok.finish(text), [], result)
 
     # -- helpers ------------------------------------------------------------------------------

@@ -326,7 +326,7 @@ def loops(corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
           json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
     """False stops of the loop stop: how many stored documents (real text that does not loop)
     it would cut, per span L."""
-    from decoding.models import load_model
+    from decoding.models import load_target
     from evals.harness import build_setup
     from evals.loops import loops_markdown, run_loop_false_stops
 
@@ -339,8 +339,8 @@ def loops(corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     setup = build_setup(None if data_dir else corpus, data_dir, load_models=False)
     try:
-        tokenizer = load_model(setup.settings.target_model, device="cpu", dtype="float32",
-                               cache_dir=setup.settings.model_cache_dir).tokenizer
+        tokenizer = load_target(setup.settings.target_model, backend=setup.settings.backend, device="cpu",
+                                cache_dir=setup.settings.model_cache_dir).tokenizer
         result = run_loop_false_stops(setup.service.store, tokenizer, span_list)
     finally:
         setup.close()

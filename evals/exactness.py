@@ -1,4 +1,9 @@
-"""Exactness eval: every decoding mode against plain greedy ``generate(do_sample=False)``.
+"""Exactness eval: every decoding mode against the target backend's plain greedy.
+
+On torch the reference is transformers ``generate(do_sample=False)``; on llama.cpp it is the
+backend's own greedy, one token per forward (:func:`seam_greedy`), itself checked against
+llama-cpp-python's ``Llama.generate(temp=0)`` (:func:`library_greedy`, DESIGN.md: "the
+reference depends on the backend that runs the target").
 
 The contract checked (DESIGN.md, "The exactness contract"): a mode's ids equal plain
 greedy's ids cut by the same stops at one commit boundary — EOS, ``max_new_tokens`` and,
@@ -37,9 +42,12 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
+from decoding.llamacpp import LlamaCppModel
 from decoding.logits import LogitsSettings, effective_settings
+from decoding.models import LoadedModel
 from decoding.request import GenerationResult
 from decoding.stopping import StopChecker, apply_stops
+from decoding.target import Target
 from evals.harness import Case, plain_greedy_kwargs
 
 log = logging.getLogger(__name__)
@@ -107,20 +115,67 @@ def settings_for(engine: SpeculativeEngine, generation: dict | None = None) -> L
         GenerationSettingError: a bad value, or a checkpoint setting the engine refuses.
     """
     target = engine.target
-    return effective_settings(GenerationConfig(**(generation or {})), target.generation_defaults,
-                              target.model.config.vocab_size)
+    return effective_settings(GenerationConfig(**(generation or {})), target.generation_defaults, target.vocab_size)
 
 
 @torch.inference_mode()
 def reference_greedy(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int,
                      settings: LogitsSettings | None = None) -> list[int]:
-    """Plain greedy ids from transformers ``generate`` with the effective ``settings``
-    (default: the checkpoint's, :func:`settings_for`) and the engine's EOS."""
+    """Plain greedy ids with the effective ``settings`` (default: the checkpoint's,
+    :func:`settings_for`) and the engine's EOS, from the target's backend itself: transformers
+    ``generate()`` for a torch target, one token per forward through the seam for any other
+    (:func:`seam_greedy`; llama.cpp's is checked against its own ``Llama.generate`` by
+    :func:`library_greedy`)."""
     settings = settings or settings_for(engine)
-    x = torch.tensor([prompt_ids], device=engine.target.device)
+    target = engine.target
+    if not isinstance(target, LoadedModel):
+        return seam_greedy(target, prompt_ids, max_new_tokens, settings)
+    x = torch.tensor([prompt_ids], device=target.device)
     kwargs = plain_greedy_kwargs(engine, x, max_new_tokens, **settings.generate_kwargs())
-    out = engine.target.model.generate(x, logits_processor=settings.custom_processors(len(prompt_ids)), **kwargs)
+    out = target.model.generate(x, logits_processor=settings.custom_processors(len(prompt_ids)), **kwargs)
     return out[0, len(prompt_ids):].tolist()
+
+
+@torch.inference_mode()
+def seam_greedy(target: Target, prompt_ids: list[int], max_new_tokens: int, settings: LogitsSettings) -> list[int]:
+    """The backend's plain greedy: prefill, then one token per forward, the argmax of the logits
+    after ``settings``' processors, until EOS or ``max_new_tokens`` (EOS included)."""
+    eos = set(target.eos_token_ids())
+    processors = settings.processors(len(prompt_ids), tuple(eos), target.device)
+    cache = target.new_cache(len(prompt_ids) + max_new_tokens)
+    out: list[int] = []
+    try:
+        logits = target.prefill(prompt_ids, cache)
+        while len(out) < max_new_tokens:
+            if settings.active:
+                ids = torch.tensor([prompt_ids + out], device=target.device)
+                logits = processors(ids, logits[None].float())[0]
+            out.append(int(logits.argmax()))
+            if out[-1] in eos or len(out) == max_new_tokens:
+                break
+            logits = target.forward([([out[-1]], cache)])[0][-1]
+    finally:
+        target.release(cache)
+    return out
+
+
+def library_greedy(target: Target, prompt_ids: list[int], max_new_tokens: int) -> list[int] | None:
+    """llama-cpp-python's own greedy, ``Llama.generate(temp=0)`` on the target's GGUF with its
+    threads (EOS included, at most ``max_new_tokens``): the independent check of
+    :func:`seam_greedy` on the llama.cpp backend. ``None`` for a torch target (its reference is
+    the library's ``generate()`` already)."""
+    if not isinstance(target, LlamaCppModel):
+        return None
+    from evals.llamacpp_anchor import anchor
+
+    llm = anchor(target, None, len(prompt_ids) + max_new_tokens)
+    llm.reset()
+    eos, out = set(target.eos_token_ids()), []
+    for token in llm.generate(prompt_ids, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
+        out.append(int(token))
+        if token in eos or len(out) >= max_new_tokens:
+            break
+    return out
 
 
 def reference(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int, loop_span: int = 0,
@@ -137,17 +192,19 @@ def reference(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: 
 @torch.inference_mode()
 def logit_margin(engine: SpeculativeEngine, prefix: list[int], settings: LogitsSettings | None = None,
                  prompt_length: int = 0) -> float:
-    """Top-1 minus top-2 logit of the target after ``prefix`` (one full forward), after the
-    logits processors of ``settings`` when given (``prompt_length``: the prompt's part of
-    ``prefix``), since those are the scores greedy decoding compared."""
+    """Top-1 minus top-2 logit of the target after ``prefix`` (one prefill), after the logits
+    processors of ``settings`` when given (``prompt_length``: the prompt's part of ``prefix``),
+    since those are the scores greedy decoding compared."""
     target = engine.target
-    ids = torch.tensor([prefix], device=target.device)
-    logits = target.model(input_ids=ids).logits[0, -1:].float()
+    cache = target.new_cache(len(prefix))
+    try:
+        logits = target.prefill(prefix, cache)[None].float()
+    finally:
+        target.release(cache)
     if settings is not None and settings.active:
-        eos = target.eos_token_ids()
-        logits = settings.processors(prompt_length, eos, target.device)(ids, logits)
-    logits = logits[0]
-    top = torch.topk(logits, 2).values
+        ids = torch.tensor([prefix], device=target.device)
+        logits = settings.processors(prompt_length, target.eos_token_ids(), target.device)(ids, logits)
+    top = torch.topk(logits[0], 2).values
     return float(top[0] - top[1])
 
 
@@ -257,7 +314,8 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
     Returns:
         JSON-able dict with top-level keys ``cases`` (per case: the reference's length, the
         ids greedy generates until the stops end it, its finish reason, and per mode the
-        outcome), ``modes``, ``loop_span``, ``reference_finish`` ({finish reason: cases}),
+        outcome), ``modes``, ``backend`` (the target's), ``library_greedy`` (on llama.cpp: how
+        many references equal / differ from ``Llama.generate(temp=0)``), ``loop_span``, ``reference_finish`` ({finish reason: cases}),
         ``exact`` (per mode: number of identical answers), ``loop_stopped`` (per mode:
         answers ending with ``"repetition"``), ``divergences`` (list of :class:`Divergence`
         dicts), ``generation_settings`` (the effective settings, also logged).
@@ -272,6 +330,7 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
     tally = _Tally({m: 0 for m in modes}, {m: 0 for m in modes})
     reference_finish: Counter[str] = Counter()
     rows, references = [], {}
+    library: Counter[str] = Counter()  # the backend's greedy against the library's own
     for case in cases:
         t0 = time.perf_counter()
         ref = references[case.question.id] = reference(engine, case.prompt_ids, max_new_tokens, loop_span, settings)
@@ -279,6 +338,10 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
         row = {"id": case.question.id, "question": case.question.question, "prompt_tokens": len(case.prompt_ids),
                "reference_tokens": len(ref.token_ids), "reference_generated": ref.decided,
                "reference_finish": ref.finish_reason, "modes": {}}
+        own = library_greedy(engine.target, case.prompt_ids, len(ref.raw)) if not settings.active else None
+        if own is not None:
+            row["library_identical"] = own == ref.raw
+            library["identical" if own == ref.raw else "different"] += 1
         for mode in modes:
             config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
             result, committed = _decode(engine, case, config)
@@ -290,7 +353,8 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
         for mode in modes:
             config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
             _run_batched(engine, cases, rows, references, config, size, settings, tally)
-    return {"cases": rows, "modes": list(tally.exact), "loop_span": loop_span,
+    return {"cases": rows, "modes": list(tally.exact), "loop_span": loop_span, "backend": engine.target.backend,
+            "library_greedy": dict(library),
             "reference_finish": dict(reference_finish), "exact": tally.exact, "loop_stopped": tally.loop_stopped,
             "divergences": [asdict(d) for d in tally.divergences], "generation_settings": settings.to_dict()}
 

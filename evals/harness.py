@@ -109,7 +109,7 @@ def service_loop_span(settings: Settings) -> int:
 
 
 def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft_model: str | None = None,
-                 model_dir: Path = Path(".opscopilot/models")) -> EvalSetup:
+                 model_dir: Path = Path(".opscopilot/models"), backend: str = "auto") -> EvalSetup:
     """The engine for replaying saved cases: the target named in the cases file (``meta``
     from :func:`load_cases`) on ``device``/``dtype``, with no store.
 
@@ -120,15 +120,16 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
 
     Args:
         draft_model: a draft model id/path or ``derived:...`` spec (default: the file's).
+        backend: what runs the target (:func:`decoding.models.resolve_backend`).
         model_dir: where the embedded model is dequantized and cached.
     Raises:
         decoding.models.ModelLoadError: the target or draft cannot be loaded.
     """
     from decoding.draft_plan import attach_when_ready, lean_draft_loader, load_draft
-    from decoding.models import load_model
+    from decoding.models import load_target
 
     name = meta["target_model"]
-    target = load_model(name, device=device, dtype=dtype, cache_dir=model_dir)
+    target = load_target(name, backend=backend, device=device, dtype=dtype, cache_dir=model_dir)
     spec = (draft_model if draft_model is not None else meta.get("draft_model")) or ""
     engine = SpeculativeEngine(target, load_draft(spec, target, target_model=name, device=device, dtype=dtype,
                                                   cache_dir=model_dir))
@@ -198,7 +199,7 @@ def hardware_summary(setup: EvalSetup) -> dict:
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
     }
     if target is not None:
-        info.update(target_model=target.name, dtype=str(target.dtype).removeprefix("torch."),
+        info.update(target_model=target.name, backend=target.backend, dtype=str(target.dtype).removeprefix("torch."),
                     draft_model=setup.engine.draft.name if setup.engine.draft else None,
                     answer_history=setup.engine.history.max_answers)
     return info

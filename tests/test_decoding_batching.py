@@ -16,14 +16,12 @@ import pytest
 import torch
 
 from decoding import GenerationConfig, SpeculativeEngine
-from decoding.batch import target_pass
 from decoding.batch_policy import BatchSpeculation, allocate
 from decoding.engine import PromptError
 from decoding.kv_cache import PreallocatedCache
 from decoding.online_costs import OnlineCosts
 from decoding.packed_pass import packed_pass, supports_packed_pass
 from decoding.policy import CostModel
-from decoding.request import prefill
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -76,10 +74,10 @@ def test_a_packed_pass_of_one_request_is_its_solo_pass_bit_for_bit(small):
     prompt = _prompts(small)[0]
     solo, packed = PreallocatedCache(64), PreallocatedCache(64)
     with torch.inference_mode():
-        prefill(small.model, prompt, solo)
-        prefill(small.model, prompt, packed)
+        small.prefill(prompt, solo)
+        small.prefill(prompt, packed)
         for tokens in ([5], [6, 7, 8]):  # the engine's solo verification pass
-            want = target_pass(small.model, tokens, solo)
+            want = small.forward([(tokens, solo)])[0]
             got = packed_pass(small.model, [(tokens, packed)])[0]
             assert torch.equal(want, got), (tokens, (want - got).abs().max())
 
@@ -91,7 +89,7 @@ def test_a_packed_pass_gives_each_request_its_own_logits(small):
         for p in prompts:
             for caches in (solo, packed):
                 caches.append(PreallocatedCache(len(p) + 8))
-                prefill(small.model, p, caches[-1])
+                small.prefill(p, caches[-1])
         got = packed_pass(small.model, list(zip(news, packed)))
         for tokens, cache, logits in zip(news, solo, got):
             want = small.model(input_ids=torch.tensor([tokens]), cache=cache, use_cache=True).logits[0]

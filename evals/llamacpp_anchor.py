@@ -1,0 +1,97 @@
+"""llama.cpp's own generation as the anchor users would pick on a CPU (what Ollama runs).
+
+``llamacpp_greedy`` is llama-cpp-python's high-level ``Llama.generate(temp=0)`` on the very
+GGUF our llama.cpp backend runs, with its threads; ``llamacpp_pld_N`` adds its prompt lookup
+(``LlamaPromptLookupDecoding(num_pred_tokens=N)``: drafts from the prompt, verified in one
+``llama_decode``). Each mode keeps one ``Llama`` (memory-mapped: the weights' pages are
+shared with the backend) and is reset before every run, so no KV prefix is reused across runs.
+
+It loads the weights as the backend does (``use_extra_bufts`` off: no repacked layout, which
+``Llama()`` does not expose), so that both run the same kernels and ``Llama.generate`` checks
+the backend's greedy token for token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Iterator
+
+from decoding.llamacpp import LlamaCppModel
+
+LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_pld_2", "llamacpp_pld_10")
+
+_ANCHORS: dict[tuple[str, int | None], Any] = {}
+
+
+def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int) -> Any:
+    """The ``llama_cpp.Llama`` over ``target``'s GGUF and threads (prompt lookup of
+    ``pld_tokens`` when given), made once per (file, lookup) with a context of at least ``n_ctx``
+    tokens (remade larger when a longer prompt comes)."""
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    key = (str(target.gguf), pld_tokens)
+    llm = _ANCHORS.get(key)
+    if llm is None or llm.n_ctx() < n_ctx:
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=pld_tokens) if pld_tokens else None
+        with _model_params(use_extra_bufts=target.repack):
+            llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 4096), n_threads=target.n_threads,
+                        n_threads_batch=target.n_threads, flash_attn=target.flash_attn, draft_model=draft,
+                        verbose=False)
+        _ANCHORS[key] = llm
+    return llm
+
+
+@contextlib.contextmanager
+def _model_params(**fields: Any) -> Iterator[None]:
+    """While ``Llama()`` loads a model, its ``llama_model_default_params()`` come with ``fields`` set."""
+    import llama_cpp.llama as high_level
+
+    lib = high_level.llama_cpp
+    original = lib.llama_model_default_params
+
+    def patched() -> Any:
+        params = original()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    lib.llama_model_default_params = patched
+    try:
+        yield
+    finally:
+        lib.llama_model_default_params = original
+
+
+def pld_tokens(mode: str) -> int | None:
+    """``llamacpp_pld_10`` → 10; ``llamacpp_greedy`` → None."""
+    return int(mode.rsplit("_", 1)[1]) if mode.startswith("llamacpp_pld_") else None
+
+
+def generate_timed(target: LlamaCppModel, mode: str, prompt_ids: list[int], budget: int,
+                   ) -> tuple[list[int], list[float], int, float]:
+    """Run one anchor mode: ``(ids up to EOS or budget, each id's arrival time (perf_counter s),
+    target passes after the prefill, start time)``."""
+    llm = anchor(target, pld_tokens(mode), len(prompt_ids) + budget + 16)
+    llm.reset()
+    passes = 0
+    evaluate = llm.eval
+
+    def counted(tokens: Any) -> None:
+        nonlocal passes
+        passes += 1
+        evaluate(tokens)
+
+    llm.eval = counted
+    eos, out, times = set(target.eos_token_ids()), [], []
+    try:
+        start = time.perf_counter()
+        for token in llm.generate(prompt_ids, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
+            out.append(int(token))
+            times.append(time.perf_counter())
+            if token in eos or len(out) >= budget:
+                break
+    finally:
+        del llm.eval
+    return out, times, max(passes - 1, 0), start

@@ -1,0 +1,204 @@
+"""The llama.cpp backend of the target seam, on the embedded Qwen2.5-Coder-0.5B GGUF (the CPU
+default's family) and SmolLM2's: its plain greedy equals llama-cpp-python's own
+``Llama.generate(temp=0)``, every drafting mode equals that greedy solo and batched, a
+verification pass's logits are bitwise those of one-token steps (the build and settings that
+make it so: ``scripts/setup.sh``), and bad input is refused with a reason.
+
+Skipped when llama-cpp-python is not installed (``scripts/setup.sh`` builds it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decoding import GenerationConfig, SpeculativeEngine
+from decoding.embedded import QWEN_CODER_05B, SMOLLM2_135M
+from decoding.llamacpp import N_BATCH, available
+from decoding.logits import effective_settings
+from evals.exactness import library_greedy, seam_greedy
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not available(), reason="llama-cpp-python is not installed "
+                                                   "(scripts/setup.sh builds it)")]
+
+PASSAGES = ["[1] ELOG | MID 2 | Re: dc-pool-07 offline\n- Restarted the pool domain: systemctl restart "
+            "dcache@dc-pool-07Domain.service\n- \\s dc-pool-07 pool enable",
+            "[2] GGUS 171234 | FNAL transfers fail with SRM_AUTHORIZATION_FAILURE\n- Fix: the vomsdir LSC file "
+            "/etc/grid-security/vomsdir/cms/voms-cms-auth.cern.ch.lsc was outdated; replaced it and restarted "
+            "the SRM."]
+QUESTIONS = ["Which command restarted the dc-pool-07 domain? Quote it in backticks and cite the source.",
+             "How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?",
+             "What was done about dc-pool-07? Answer in one sentence."]
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    from decoding.models import load_target
+
+    torch.set_num_threads(2)
+    if QWEN_CODER_05B.missing_parts():
+        pytest.skip("the Qwen 0.5B part wheels are not installed (scripts/setup.sh installs them)")
+    return load_target(QWEN_CODER_05B.name, backend="llama.cpp", cache_dir=tmp_path_factory.mktemp("gguf"),
+                       n_seq_max=6)
+
+
+@pytest.fixture(scope="module")
+def qwen_engine(qwen):
+    return SpeculativeEngine(qwen, max_speculative_tokens=8)
+
+
+def _prompts(target) -> list[tuple[list[int], list[list[int]]]]:
+    contexts = [target.tokenizer(p, add_special_tokens=False)["input_ids"] for p in PASSAGES]
+    out = []
+    for q in QUESTIONS:
+        messages = [{"role": "user", "content": "Sources:\n\n" + "\n\n".join(PASSAGES) + f"\n\nQuestion: {q}"}]
+        ids = target.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        out.append((list(ids["input_ids"] if hasattr(ids, "keys") else ids), contexts))
+    return out
+
+
+def _greedy(target, prompt, n):
+    settings = effective_settings(GenerationConfig(), target.generation_defaults, target.vocab_size)
+    return seam_greedy(target, prompt, n, settings)
+
+
+def test_loads_the_embedded_gguf_as_a_target(qwen):
+    assert qwen.backend == "llama.cpp" and qwen.model_type == "qwen2" and qwen.vocab_size == 151_936
+    assert 151645 in qwen.eos_token_ids() and qwen.generation_defaults == {}
+    assert qwen.tokenizer.chat_template and qwen.max_positions == 4096 and qwen.packed
+
+
+def test_its_plain_greedy_is_llama_cpps_own(qwen):
+    for prompt, _ in _prompts(qwen):
+        assert _greedy(qwen, prompt, 40) == library_greedy(qwen, prompt, 40)
+
+
+def test_a_verification_pass_is_bitwise_the_one_token_steps(qwen):
+    """Batch invariance: the logits of a k-token pass (one request, and two requests packed)
+    equal, bit for bit, those of k one-token steps (llama.cpp built without llamafile's sgemm,
+    weights not repacked, one KV stream per sequence)."""
+    (prompt, _), (other, _) = _prompts(qwen)[:2]
+    answer = _greedy(qwen, prompt, 12)
+    solo, mate = qwen.new_cache(0), qwen.new_cache(0)
+    try:
+        steps = [qwen.prefill(prompt, solo)]
+        steps += [qwen.forward([([t], solo)])[0][0] for t in answer[:11]]
+        for k in (2, 3, 4, 8, 11):
+            qwen.rollback(solo, len(prompt))
+            assert torch.equal(qwen.forward([(answer[:k], solo)])[0], torch.stack(steps[1:k + 1])), k
+        qwen.rollback(solo, len(prompt))
+        qwen.prefill(other, mate)
+        packed = qwen.forward([(answer[:5], solo), ([answer[0]], mate)])
+        assert torch.equal(packed[0], torch.stack(steps[1:6]))
+    finally:
+        qwen.release(solo)
+        qwen.release(mate)
+
+
+@pytest.mark.parametrize("mode", ["off", "ngram", "auto"])
+def test_every_mode_equals_the_backends_greedy_solo_and_batched(qwen_engine, mode):
+    target = qwen_engine.target
+    cases = _prompts(target)
+    config = GenerationConfig(max_new_tokens=40, drafting=mode)
+    want = [_greedy(target, p, 40) for p, _ in cases]
+    eos = set(target.eos_token_ids())
+    cut = [w[: next((i + 1 for i, t in enumerate(w) if t in eos), len(w))] for w in want]
+    assert [qwen_engine.generate(p, config, c).token_ids for p, c in cases] == cut
+    batch, got, index = qwen_engine.batch(), {}, {}
+    for i, (p, c) in enumerate(cases):  # each joins while the others decode
+        state, events = batch.add(p, config, c)
+        index[id(state)] = i
+        for state, event in batch.step():
+            if event.result is not None:
+                got[index[id(state)]] = event.result.token_ids
+    while batch.active:
+        for state, event in batch.step():
+            if event.result is not None:
+                got[index[id(state)]] = event.result.token_ids
+    assert [got[i] for i in range(len(cases))] == cut
+
+
+def test_a_fixed_gamma_copies_long_spans_and_stays_exact(qwen_engine):
+    target = qwen_engine.target
+    prompt, contexts = _prompts(target)[0]
+    want = _greedy(target, prompt, 32)
+    result = qwen_engine.generate(prompt, GenerationConfig(max_new_tokens=32, drafting="ngram", fixed_gamma=True,
+                                                           num_speculative_tokens=8), contexts)
+    assert result.token_ids == want[:len(result.token_ids)] and result.stats.target_passes < len(result.token_ids)
+
+
+def test_sequences_are_pooled_and_bad_passes_are_refused(qwen):
+    caches = []
+    with pytest.raises(RuntimeError, match="every KV sequence is in use"):
+        for _ in range(7):
+            caches.append(qwen.new_cache(0))
+    for c in caches:
+        qwen.release(c)
+    cache = qwen.new_cache(0)
+    try:
+        with pytest.raises(ValueError, match="1..512 tokens"):
+            qwen.forward([([1] * (N_BATCH + 1), cache)])
+        with pytest.raises(ValueError, match="1..512 tokens"):
+            qwen.forward([([], cache)])
+    finally:
+        qwen.release(cache)
+
+
+def test_a_prompt_longer_than_one_batch_is_prefilled_in_fixed_chunks(qwen):
+    long = _prompts(qwen)[1][0] * 8  # > 512 tokens: two llama_decode calls on prompt-fixed boundaries
+    assert len(long) > N_BATCH
+    assert _greedy(qwen, long, 6) == library_greedy(qwen, long, 6)
+
+
+def test_the_backend_is_chosen_by_the_model_and_device(tmp_path):
+    from decoding.models import resolve_backend
+
+    assert resolve_backend("auto", SMOLLM2_135M.name, "cpu") == "llama.cpp"
+    assert resolve_backend("auto", SMOLLM2_135M.name, "cuda") == "torch"
+    assert resolve_backend("auto", str(tmp_path), "cpu") == "torch"  # a Hugging Face folder
+    assert resolve_backend("auto", "/models/x.gguf", "cpu") == "llama.cpp"
+    with pytest.raises(ValueError, match="runs a GGUF"):
+        resolve_backend("llama.cpp", str(tmp_path), "cpu")
+    with pytest.raises(ValueError, match="unknown backend"):
+        resolve_backend("onnx", SMOLLM2_135M.name, "cpu")
+
+
+def test_a_missing_gguf_is_a_load_error(tmp_path):
+    from decoding.embedded import ModelLoadError
+    from decoding.models import load_target
+
+    with pytest.raises(ModelLoadError, match="no GGUF file"):
+        load_target(str(tmp_path / "absent.gguf"), backend="llama.cpp", cache_dir=tmp_path)
+
+
+def test_derived_drafts_need_a_torch_target(qwen):
+    from decoding.draft_plan import draft_model_plan, load_draft
+
+    with pytest.raises(ValueError, match="derived from a torch target"):
+        load_draft("derived:int8", qwen, target_model=qwen.name, device="cpu", dtype="auto", cache_dir=".")
+    assert load_draft("auto", qwen, target_model=qwen.name, device="cpu", dtype="auto", cache_dir=".") is None
+    assert "none on the llama.cpp backend" in draft_model_plan("auto", qwen.name, "cpu", "llama.cpp")
+
+
+def test_the_openai_client_gets_answers_from_the_llamacpp_target(qwen_engine, sample_service, tmp_path):
+    """The product path on this backend: a real uvicorn, the ``openai`` client, a streamed and a
+    plain answer to the same question, both the engine's exact greedy answer."""
+    import openai
+
+    from copilot.api.app import create_app
+    from copilot.api.server import ServerThread
+    from copilot.config import Settings
+    from copilot.service import CopilotService
+
+    settings = Settings(data_dir=tmp_path, max_new_tokens=24, max_sources=2, _env_file=None)
+    service = CopilotService(settings, sample_service.store, qwen_engine)
+    question = "What was the resolution of OPS-107?"
+    want = service.answer(service.prepare(service.question(question, max_new_tokens=24)))
+    with ServerThread(create_app(settings, service)) as srv, \
+            openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120) as client:
+        messages = [{"role": "user", "content": question}]
+        plain = client.chat.completions.create(model="opscopilot", messages=messages, max_tokens=24, temperature=0)
+        chunks = client.chat.completions.create(model="opscopilot", messages=messages, max_tokens=24, temperature=0,
+                                                stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert plain.model_extra["sources"][0]["doc_id"].endswith("#OPS-107")
+    assert want.text and want.text in plain.choices[0].message.content and want.text in streamed
