@@ -6,6 +6,7 @@ file, the TOML/YAML file named by ``COPILOT_CONFIG_FILE``, the defaults below.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -33,10 +34,15 @@ from ingestion.stores.database import mask_url
 AUTO_TARGET = "auto"
 
 
-def default_target(device: str) -> str:
-    """What ``target_model = "auto"`` loads on ``device``: the Qwen2.5-Coder 0.5B on a CPU (the
-    best answers within the time goal on 2 cores), the 1.5B on CUDA (with the 0.5B as draft)."""
-    return QWEN_CODER_15B.name if resolve_device(device).type == "cuda" else QWEN_CODER_05B.name
+def default_target(device: str, backend: str = "auto") -> str:
+    """What ``target_model = "auto"`` loads on ``device`` with ``backend``: the Qwen2.5-Coder 1.5B
+    on CUDA (with the 0.5B as draft) and on a CPU where llama.cpp runs it (installed, not turned
+    off, its part wheels present: the better answers within the time goals on 2 cores,
+    evals/results/README.md); else the 0.5B (the 1.5B's fp32 torch path is too slow on a CPU)."""
+    if resolve_device(device).type == "cuda":
+        return QWEN_CODER_15B.name
+    llama_cpp = backend != "torch" and importlib.util.find_spec("llama_cpp") is not None
+    return QWEN_CODER_15B.name if llama_cpp and not QWEN_CODER_15B.missing_parts() else QWEN_CODER_05B.name
 
 
 class Settings(BaseSettings):
@@ -56,9 +62,9 @@ class Settings(BaseSettings):
     embedding_model: str | None = Field(None, description="HF id or path; default: embedded all-MiniLM-L6-v2")
 
     # models and decoding
-    target_model: str = Field(AUTO_TARGET, description="auto (on CPU embedded:qwen2.5-coder-0.5b-instruct, on CUDA "
-                              "embedded:qwen2.5-coder-1.5b-instruct: chosen by measurement, see "
-                              "evals/results/README.md), an embedded:... name, or any HF id or local path")
+    target_model: str = Field(AUTO_TARGET, description="auto (embedded:qwen2.5-coder-1.5b-instruct on CUDA and on a "
+                              "CPU with llama.cpp, else embedded:qwen2.5-coder-0.5b-instruct: chosen by measurement, "
+                              "see evals/results/README.md), an embedded:... name, or any HF id or local path")
     draft_model: str | None = Field(
         "auto", description="auto (the same-family embedded:qwen2.5-coder-0.5b-instruct for the embedded 1.5B "
         "target; on CPU otherwise derived:int4 built in the background and kept only when its calibration shows it "
@@ -161,7 +167,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _resolve_target(self) -> "Settings":
         if self.target_model == AUTO_TARGET:
-            self.target_model = default_target(self.device)
+            self.target_model = default_target(self.device, self.backend)
         return self
 
     @field_validator("prompt_style")

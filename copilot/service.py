@@ -182,7 +182,8 @@ class CopilotService:
         self.store = store
         self.retriever = HybridRetriever(store)
         self.engine = engine
-        self.style_name = style_name(settings.prompt_style, getattr(getattr(engine, "target", None), "model_type", None))
+        target = getattr(engine, "target", None)
+        self.style_name = style_name(settings.prompt_style, getattr(target, "model_type", None))
         self.style: PromptStyle = PROMPT_STYLES[self.style_name]
         #: Source documents per question when a request names none (resolved once).
         self.max_sources: int = settings.max_sources or self.style.max_sources
@@ -196,8 +197,8 @@ class CopilotService:
         elif getattr(engine, "draft", None) is not None:  # test doubles of the engine may have none
             self._draft_status = f"{engine.draft.name}: loaded"
         else:
-            self._draft_status = draft_model_plan(settings.draft_model, settings.target_model, settings.device,
-                                                  engine.target.backend)
+            backend = getattr(getattr(engine, "target", None), "backend", "torch")  # test doubles may have none
+            self._draft_status = draft_model_plan(settings.draft_model, settings.target_model, settings.device, backend)
 
     @property
     def draft_status(self) -> str:
@@ -253,7 +254,7 @@ class CopilotService:
         if load_models:
             target = load_target(settings.target_model, backend=settings.backend, device=settings.device,
                                  dtype=settings.dtype, cache_dir=settings.model_cache_dir,
-                                 n_seq_max=settings.max_batch + 2)
+                                 n_seq_max=settings.max_batch + 2, max_model_len=settings.max_model_len)
             draft = load_draft(settings.draft_model, target, target_model=settings.target_model, device=settings.device,
                                dtype=settings.dtype, cache_dir=settings.model_cache_dir)
             engine = SpeculativeEngine(target, draft, max_ngram=settings.max_ngram,
@@ -282,9 +283,9 @@ class CopilotService:
         an answer besides the request — the target and embedding models, dtype, device, prompt
         style and the retrieval and answer settings. It changes when any of them does."""
         s = self.settings
-        backend = self.engine.target.backend if self.engine is not None else s.backend
-        parts = (s.target_model, backend, s.dtype, s.device, s.embedding_model or "default", self.style_name, self.max_sources,
-                 s.max_prompt_tokens, s.min_support, s.loop_stop, s.loop_span)
+        backend = getattr(getattr(self.engine, "target", None), "backend", s.backend)
+        parts = (s.target_model, backend, s.dtype, s.device, s.embedding_model or "default", self.style_name,
+                 self.max_sources, s.max_prompt_tokens, s.min_support, s.loop_stop, s.loop_span)
         return "fp_" + hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
 
     def count_tokens(self, text: str) -> int:

@@ -56,6 +56,10 @@ N_BATCH = 512
 #: either way (evals/results/README.md, "llama.cpp backend").
 MAX_PASS_ROWS = 7
 
+#: One request's context window by default (tokens): the service's prompt budget (2,048) plus
+#: its answer cap (1,024).
+DEFAULT_WINDOW = 3072
+
 
 class LlamaCppUnavailable(ModelLoadError):
     """llama-cpp-python is not installed (``scripts/setup.sh`` builds it) or failed to import."""
@@ -126,8 +130,13 @@ class LlamaCppModel:
         window: one request's context window (tokens, prompt + answer), at most the model's
             training context; each sequence gets its own KV stream of this many cells.
         n_seq_max: requests that can hold a KV cache at once.
-        flash_attn: llama.cpp's flash attention (``False``, as ``Llama()``'s default, so its
-            ``generate()`` is the same computation).
+        flash_attn: llama.cpp's flash attention (off, as in ``Llama()``'s default).
+        repack: the weights in ggml's repacked layout (``use_extra_bufts``; off: its kernel for
+            4+ rows sums differently from its one-row kernel, so verification would not be
+            bitwise the one-token steps).
+
+    KV memory: ``window × n_seq_max`` cells of f16 keys and values, allocated up front (28 KB a
+    cell for the Qwen2.5-Coder 1.5B: 0.86 GB at the defaults the service uses, 3,072 × 10).
 
     Raises:
         LlamaCppUnavailable: llama-cpp-python is not installed.
@@ -138,7 +147,8 @@ class LlamaCppModel:
     generation_defaults: dict[str, object] = {}
 
     def __init__(self, gguf: Path, tokenizer: PreTrainedTokenizerBase, name: str, *, n_threads: int = 2,
-                 window: int = 4096, n_seq_max: int = 9, flash_attn: bool = False, repack: bool = False) -> None:
+                 window: int = DEFAULT_WINDOW, n_seq_max: int = 9, flash_attn: bool = False,
+                 repack: bool = False) -> None:
         lib = self._lib = llama_lib()
         if not Path(gguf).is_file():
             raise ModelLoadError(f"cannot load model {name!r}: no GGUF file at {gguf}")
@@ -340,7 +350,7 @@ def gguf_tokenizer(gguf: Path, cache_dir: Path) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_llamacpp(name: str, gguf: Path, cache_dir: Path, *, n_threads: int, window: int = 4096,
+def load_llamacpp(name: str, gguf: Path, cache_dir: Path, *, n_threads: int, window: int = DEFAULT_WINDOW,
                   n_seq_max: int = 9) -> LlamaCppModel:
     """A :class:`LlamaCppModel` over ``gguf`` with its tokenizer (cached under ``cache_dir``).
 

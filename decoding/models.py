@@ -291,7 +291,8 @@ def resolve_backend(backend: str, name_or_path: str, device: str) -> str:
 
 
 def load_target(name_or_path: str, *, backend: str = "auto", device: str = "auto", dtype: str = "auto",
-                cache_dir: Path | str = Path(".opscopilot/models"), n_seq_max: int = 16) -> Target:
+                cache_dir: Path | str = Path(".opscopilot/models"), n_seq_max: int = 9,
+                max_model_len: int | None = None) -> Target:
     """Load the target model on the backend :func:`resolve_backend` picks.
 
     Args:
@@ -299,6 +300,8 @@ def load_target(name_or_path: str, *, backend: str = "auto", device: str = "auto
             backend's; llama.cpp computes in the GGUF's own types).
         backend: ``"auto"``, ``"torch"`` or ``"llama.cpp"``.
         n_seq_max: requests that can hold a KV cache at once (llama.cpp).
+        max_model_len: one request's context window in tokens (llama.cpp reserves its KV cells
+            up front; default :data:`~decoding.llamacpp.DEFAULT_WINDOW`); torch's is the model's.
 
     Returns:
         A :class:`~decoding.target.Target`: a :class:`LoadedModel` (torch) or a
@@ -312,9 +315,10 @@ def load_target(name_or_path: str, *, backend: str = "auto", device: str = "auto
     chosen = resolve_backend(backend, name_or_path, device)
     if chosen == "torch":
         return load_model(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir)
-    from decoding.llamacpp import embedded_gguf, load_llamacpp
+    from decoding.llamacpp import DEFAULT_WINDOW, embedded_gguf, load_llamacpp
 
     cache = Path(cache_dir)
     embedded = find_embedded(name_or_path)
     gguf = embedded_gguf(embedded, cache) if embedded is not None else Path(name_or_path).expanduser()
-    return load_llamacpp(name_or_path, gguf, cache, n_threads=torch.get_num_threads(), n_seq_max=n_seq_max)
+    return load_llamacpp(name_or_path, gguf, cache, n_threads=torch.get_num_threads(), n_seq_max=n_seq_max,
+                         window=max_model_len or DEFAULT_WINDOW)

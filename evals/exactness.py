@@ -315,7 +315,8 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
         JSON-able dict with top-level keys ``cases`` (per case: the reference's length, the
         ids greedy generates until the stops end it, its finish reason, and per mode the
         outcome), ``modes``, ``backend`` (the target's), ``library_greedy`` (on llama.cpp: how
-        many references equal / differ from ``Llama.generate(temp=0)``), ``loop_span``, ``reference_finish`` ({finish reason: cases}),
+        many references equal / differ from ``Llama.generate(temp=0)``), ``loop_span``,
+        ``reference_finish`` ({finish reason: cases}),
         ``exact`` (per mode: number of identical answers), ``loop_stopped`` (per mode:
         answers ending with ``"repetition"``), ``divergences`` (list of :class:`Divergence`
         dicts), ``generation_settings`` (the effective settings, also logged).

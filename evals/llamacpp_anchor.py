@@ -13,6 +13,7 @@ the backend's greedy token for token.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import time
 from typing import Any, Iterator
@@ -22,6 +23,14 @@ from decoding.llamacpp import LlamaCppModel
 LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_pld_2", "llamacpp_pld_10")
 
 _ANCHORS: dict[tuple[str, int | None], Any] = {}
+
+
+@atexit.register
+def _close_all() -> None:
+    """Free the anchors before the interpreter tears llama_cpp's module down under them."""
+    for llm in _ANCHORS.values():
+        llm.close()
+    _ANCHORS.clear()
 
 
 def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int) -> Any:

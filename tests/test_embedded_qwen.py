@@ -27,11 +27,17 @@ def qwen(tmp_path_factory):
     return load_model(QWEN_CODER_05B.name, device="cpu", dtype="float32", cache_dir=tmp_path_factory.mktemp("qwen"))
 
 
-def test_the_default_target_on_cpu_is_the_embedded_qwen_05b():
+def test_the_default_target_on_cpu_is_the_15b_on_llamacpp_else_the_05b():
+    import importlib.util
+
     from copilot.config import Settings
     from decoding.draft_plan import draft_model_plan
 
-    assert Settings(_env_file=None, target_model="auto", device="cpu").target_model == QWEN_CODER_05B.name
+    llama = importlib.util.find_spec("llama_cpp") is not None and not QWEN_CODER_15B.missing_parts()
+    auto = Settings(_env_file=None, target_model="auto", device="cpu", backend="auto").target_model
+    assert auto == (QWEN_CODER_15B.name if llama else QWEN_CODER_05B.name)
+    assert Settings(_env_file=None, target_model="auto", device="cpu", backend="torch").target_model == \
+        QWEN_CODER_05B.name
     pair = Settings(_env_file=None, target_model=QWEN_CODER_15B.name, device="cpu")
     assert draft_model_plan(pair.draft_model, pair.target_model, pair.device).startswith(f"auto: {QWEN_CODER_05B.name}")
 

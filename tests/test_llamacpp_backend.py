@@ -64,7 +64,7 @@ def _greedy(target, prompt, n):
 def test_loads_the_embedded_gguf_as_a_target(qwen):
     assert qwen.backend == "llama.cpp" and qwen.model_type == "qwen2" and qwen.vocab_size == 151_936
     assert 151645 in qwen.eos_token_ids() and qwen.generation_defaults == {}
-    assert qwen.tokenizer.chat_template and qwen.max_positions == 4096 and qwen.packed
+    assert qwen.tokenizer.chat_template and qwen.max_positions == 3072 and qwen.packed
 
 
 def test_its_plain_greedy_is_llama_cpps_own(qwen):
