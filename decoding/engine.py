@@ -32,7 +32,7 @@ from decoding.drafter import Drafter
 from decoding.logits import LogitsSettings, effective_settings
 from decoding.memory import return_freed_memory
 from decoding.models import LoadedModel
-from decoding.ngram_drafter import AnswerHistory, NGramDrafter
+from decoding.ngram_drafter import STATE_PRIORS, AnswerHistory, NGramDrafter
 from decoding.online_costs import OnlineCosts
 from decoding.policy import AcceptanceTable, CostModel, PolicyConfig
 from decoding.request import GenerationResult, StreamEvent
@@ -114,6 +114,8 @@ class SpeculativeEngine:
         self.batch_speculation = batch_speculation or BatchSpeculation()
         if drafters is None:
             drafters = [NGramDrafter(max_ngram, min_ngram, history=self.history)]
+            for state, (first, rest) in STATE_PRIORS.items():
+                self.acceptance.set_prior(state, first, rest)
             if draft is not None:
                 drafter = DraftModelDrafter(draft, target, draft_min_confidence, step_ms=self.costs.draft_step_ms,
                                             feed_ms=self.costs.draft_feed_ms, costs=self._draft_costs(self.costs))

@@ -25,6 +25,21 @@ ORIGINS = {PRIORITY_PROMPT: "prompt", PRIORITY_HISTORY: "history", PRIORITY_PASS
            PRIORITY_OUTPUT: "output"}
 
 
+#: The policy's starting acceptance (α₁, αₙ) per n-gram drafting state, before a state has counts
+#: of its own (:meth:`decoding.policy.AcceptanceTable.set_prior`): what the tuning sets measured
+#: (sample and site2, ``evals/results/{sample,site2}/latency-10q/latency.json``, the states seen
+#: ≥ 10 rounds, weighted by rounds). A long unanimous match is accepted 84 % at its first token
+#: and 91 % after; under the generic prior (0.5, 0.8) a pass that costs more than one step (the
+#: llama.cpp backend) would never try it, so never learn it.
+STATE_PRIORS: dict[str, tuple[float, float]] = {
+    "ngram:1:ambiguous": (0.18, 0.62), "ngram:1:unanimous": (0.47, 0.74),
+    "ngram:2:ambiguous": (0.16, 0.74), "ngram:2:unanimous": (0.53, 0.87),
+    "ngram:3:unanimous": (0.77, 0.78),
+    "ngram:4+:ambiguous": (0.34, 0.54), "ngram:4+:ambiguous:continuing": (0.66, 0.84),
+    "ngram:4+:unanimous": (0.84, 0.91), "ngram:4+:unanimous:continuing": (0.94, 0.93),
+}
+
+
 class Occurrence(NamedTuple):
     """Where an n-gram occurs: its continuation starts at ``source[continuation]``."""
 

@@ -178,7 +178,8 @@ class AcceptanceTable:
     def set_prior(self, drafter: str, alpha_first: float, alpha_next: float) -> None:
         """Start every state of ``drafter`` from a measured (α₁, αₙ) instead of the
         config's prior — e.g. a draft model's agreement with the target measured at load —
-        so a drafter that pays is tried before it has any counts.
+        so a drafter that pays is tried before it has any counts. ``drafter`` may also name
+        a state's prefix (``"ngram:4+:unanimous"``): the longest prefix with a prior wins.
 
         Raises:
             ValueError: an α outside [0, 1].
@@ -188,11 +189,12 @@ class AcceptanceTable:
         self.priors[drafter] = (alpha_first, alpha_next)
 
     def alphas(self, state: tuple[str, ...]) -> tuple[float, float]:
-        """(α₁, αₙ) of ``state``: its counts smoothed with its drafter's prior
-        (:meth:`set_prior`, else the config's)."""
+        """(α₁, αₙ) of ``state``: its counts smoothed with the prior of its longest prefix that
+        has one (:meth:`set_prior`: the state's, its drafter's), else the config's."""
         c, cfg = self.counts.get(state, _Counts()), self.config
         k = cfg.prior_strength
-        first, nxt = self.priors.get(state[0] if state else "", (cfg.prior_first, cfg.prior_next))
+        prefixes = (state_name(state[:n]) for n in range(len(state), 0, -1))
+        first, nxt = next((self.priors[p] for p in prefixes if p in self.priors), (cfg.prior_first, cfg.prior_next))
         return ((c.first_accepted + first * k) / (c.first_tried + k),
                 (c.next_accepted + nxt * k) / (c.next_tried + k))
 

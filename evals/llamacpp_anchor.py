@@ -3,7 +3,8 @@
 ``llamacpp_greedy`` is llama-cpp-python's high-level ``Llama.generate(temp=0)`` on the very
 GGUF our llama.cpp backend runs, with its threads; ``llamacpp_pld_N`` adds its prompt lookup
 (``LlamaPromptLookupDecoding(num_pred_tokens=N)``: drafts from the prompt, verified in one
-``llama_decode``). Each mode keeps one ``Llama`` (memory-mapped: the weights' pages are
+``llama_decode``; it keeps the logits of every position, the prompt's included, which its
+TTFT pays for). Each mode keeps one ``Llama`` (memory-mapped: the weights' pages are
 shared with the backend) and is reset before every run, so no KV prefix is reused across runs.
 
 It loads the weights as the backend does (``use_extra_bufts`` off: no repacked layout, which
@@ -45,9 +46,11 @@ def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int) -> Any:
     if llm is None or llm.n_ctx() < n_ctx:
         draft = LlamaPromptLookupDecoding(num_pred_tokens=pld_tokens) if pld_tokens else None
         with _model_params(use_extra_bufts=target.repack):
-            llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 4096), n_threads=target.n_threads,
+            # With a draft model Llama keeps every position's logits, but sizes that buffer by
+            # ``logits_all`` alone (0.3.36): it must be asked for, or the first prefill overflows it.
+            llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 2048), n_threads=target.n_threads,
                         n_threads_batch=target.n_threads, flash_attn=target.flash_attn, draft_model=draft,
-                        verbose=False)
+                        logits_all=draft is not None, verbose=False)
         _ANCHORS[key] = llm
     return llm
 
