@@ -426,9 +426,15 @@ def documents_compact() -> None:
 
 @app.command("config")
 def show_config() -> None:
-    """Print the effective settings (secrets masked)."""
+    """Print the effective settings (secrets masked), with the backend the target will run on
+    and the draft-model plan."""
     from decoding.draft_plan import draft_model_plan
+    from decoding.models import resolve_backend
 
     settings = load_settings()
-    console.print_json(json.dumps({**settings.masked(), "draft_model_plan": draft_model_plan(
-        settings.draft_model, settings.target_model, settings.device)}))
+    try:
+        backend = resolve_backend(settings.backend, settings.target_model, settings.device)
+    except ValueError as exc:  # backend llama.cpp asked of a model it cannot run: said here, refused at start
+        backend = f"none: {exc}"
+    console.print_json(json.dumps({**settings.masked(), "backend_plan": backend, "draft_model_plan": draft_model_plan(
+        settings.draft_model, settings.target_model, settings.device, backend)}))

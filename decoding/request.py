@@ -131,7 +131,7 @@ class RequestState:
         self.stop = StopChecker(target.tokenizer, frozenset(eos), tuple(config.stop_strings), self.budget,
                                 config.loop_span)
         self.detok = IncrementalDetokenizer(target.tokenizer, tuple(config.stop_strings))
-        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        self.stats = GenerationStats(prompt_tokens=len(prompt), backend=target.backend)
         self.settings = settings if settings is not None else effective_settings(
             config, target.generation_defaults, target.vocab_size)
         self.stats.generation_settings = self.settings.to_dict()

@@ -67,6 +67,7 @@ class GenerationStats:
     block_sizes: list[int] = field(default_factory=list)
     generation_settings: dict[str, Any] = field(default_factory=dict)  # effective logits settings (decoding.logits)
     draft_prefill: str | None = None  # whether a draft model with its own KV cache prefilled the prompt, and why
+    backend: str = ""  # what ran the target ("llama.cpp", "torch": decoding.target.Target.backend)
     batch_size_sum: int = 0  # requests sharing each decode-phase pass, summed over the passes
     max_batch_size: int = 0
     drafted_tokens: int = 0  # tokens drafted (and verified) over all passes: γ summed

@@ -46,6 +46,17 @@ def qwen_engine(qwen):
     return SpeculativeEngine(qwen, max_speculative_tokens=8)
 
 
+@pytest.fixture(scope="module")
+def references(qwen):
+    """The backend's greedy answer (32 tokens, cut after EOS) to each of :data:`QUESTIONS`."""
+    eos = set(qwen.eos_token_ids())
+    out = []
+    for prompt, _ in _prompts(qwen):
+        ids = _greedy(qwen, prompt, 32)
+        out.append(ids[: next((i + 1 for i, t in enumerate(ids) if t in eos), len(ids))])
+    return out
+
+
 def _prompts(target) -> list[tuple[list[int], list[list[int]]]]:
     contexts = [target.tokenizer(p, add_special_tokens=False)["input_ids"] for p in PASSAGES]
     out = []
@@ -67,9 +78,9 @@ def test_loads_the_embedded_gguf_as_a_target(qwen):
     assert qwen.tokenizer.chat_template and qwen.max_positions == 3072 and qwen.packed
 
 
-def test_its_plain_greedy_is_llama_cpps_own(qwen):
-    for prompt, _ in _prompts(qwen):
-        assert _greedy(qwen, prompt, 40) == library_greedy(qwen, prompt, 40)
+def test_its_plain_greedy_is_llama_cpps_own(qwen, references):
+    for (prompt, _), want in zip(_prompts(qwen), references):
+        assert library_greedy(qwen, prompt, 32) == want
 
 
 def test_a_verification_pass_is_bitwise_the_one_token_steps(qwen):
@@ -95,13 +106,10 @@ def test_a_verification_pass_is_bitwise_the_one_token_steps(qwen):
 
 
 @pytest.mark.parametrize("mode", ["off", "ngram", "auto"])
-def test_every_mode_equals_the_backends_greedy_solo_and_batched(qwen_engine, mode):
-    target = qwen_engine.target
-    cases = _prompts(target)
-    config = GenerationConfig(max_new_tokens=40, drafting=mode)
-    want = [_greedy(target, p, 40) for p, _ in cases]
-    eos = set(target.eos_token_ids())
-    cut = [w[: next((i + 1 for i, t in enumerate(w) if t in eos), len(w))] for w in want]
+def test_every_mode_equals_the_backends_greedy_solo_and_batched(qwen_engine, references, mode):
+    cases = _prompts(qwen_engine.target)
+    config = GenerationConfig(max_new_tokens=32, drafting=mode)
+    cut = references
     assert [qwen_engine.generate(p, config, c).token_ids for p, c in cases] == cut
     batch, got, index = qwen_engine.batch(), {}, {}
     for i, (p, c) in enumerate(cases):  # each joins while the others decode
@@ -117,10 +125,9 @@ def test_every_mode_equals_the_backends_greedy_solo_and_batched(qwen_engine, mod
     assert [got[i] for i in range(len(cases))] == cut
 
 
-def test_a_fixed_gamma_copies_long_spans_and_stays_exact(qwen_engine):
-    target = qwen_engine.target
-    prompt, contexts = _prompts(target)[0]
-    want = _greedy(target, prompt, 32)
+def test_a_fixed_gamma_copies_long_spans_and_stays_exact(qwen_engine, references):
+    prompt, contexts = _prompts(qwen_engine.target)[0]
+    want = references[0]
     result = qwen_engine.generate(prompt, GenerationConfig(max_new_tokens=32, drafting="ngram", fixed_gamma=True,
                                                            num_speculative_tokens=8), contexts)
     assert result.token_ids == want[:len(result.token_ids)] and result.stats.target_passes < len(result.token_ids)
@@ -202,3 +209,19 @@ def test_the_openai_client_gets_answers_from_the_llamacpp_target(qwen_engine, sa
         streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert plain.model_extra["sources"][0]["doc_id"].endswith("#OPS-107")
     assert want.text and want.text in plain.choices[0].message.content and want.text in streamed
+    assert plain.model_extra["stats"]["backend"] == "llama.cpp"
+
+
+@pytest.mark.usefixtures("clean_copilot_env")
+def test_copilot_config_says_which_backend_runs_the_target_and_its_draft_plan():
+    import json
+
+    from typer.testing import CliRunner
+
+    from copilot.cli import app
+
+    env = {"COPILOT_TARGET_MODEL": QWEN_CODER_05B.name, "COPILOT_DEVICE": "cpu"}
+    shown = json.loads(CliRunner().invoke(app, ["config"], env={**env, "COPILOT_BACKEND": "auto"}).output)
+    assert shown["backend_plan"] == "llama.cpp" and "none on the llama.cpp backend" in shown["draft_model_plan"]
+    shown = json.loads(CliRunner().invoke(app, ["config"], env={**env, "COPILOT_BACKEND": "torch"}).output)
+    assert shown["backend_plan"] == "torch"
