@@ -25,12 +25,14 @@ on this backend; ``evals/exactness.py`` checks it against llama-cpp-python's own
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 import os
 import threading
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -98,10 +100,13 @@ class LlamaSequence:
     Attributes:
         seq_id: the llama.cpp sequence id (0 ≤ id < ``n_seq_max``).
         length: positions held (tokens).
+        finalizer: clears the sequence and returns its id to the pool, once: run by
+            :meth:`LlamaCppModel.release`, or when the object is collected unreleased.
     """
 
     seq_id: int
     length: int = 0
+    finalizer: Callable[[], object] | None = field(default=None, repr=False, compare=False)  # frees the id once
 
     def get_seq_length(self) -> int:
         """Positions held (tokens)."""
@@ -177,7 +182,7 @@ class LlamaCppModel:
         self._n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
         self._batch = lib.llama_batch_init(N_BATCH, 0, 1)
         self._free_ids = list(range(n_seq_max - 1, -1, -1))
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a collected sequence may free itself inside a call
         self.name, self.tokenizer, self.gguf, self.n_threads = name, tokenizer, Path(gguf), n_threads
         self.flash_attn, self.repack, self._window = flash_attn, repack, window
         self.model_type = self._meta("general.architecture")
@@ -226,7 +231,11 @@ class LlamaCppModel:
         with self._lock:
             if not self._free_ids:
                 raise RuntimeError("llama.cpp: every KV sequence is in use; lower max_batch or raise n_seq_max")
-            return LlamaSequence(self._free_ids.pop())
+            seq = LlamaSequence(self._free_ids.pop())
+        # An abandoned request (a stream closed early, a batch dropped after a failed round) frees
+        # its sequence when its cache is collected; release() runs the same finalizer, once.
+        seq.finalizer = weakref.finalize(seq, self._free_sequence, seq.seq_id)
+        return seq
 
     def prefill(self, prompt_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
         """Decode the prompt into ``cache`` (empty) in chunks of :data:`N_BATCH` tokens; float32
@@ -241,7 +250,8 @@ class LlamaCppModel:
         with self._lock:
             for start in range(0, len(ids), N_BATCH):
                 chunk = ids[start:start + N_BATCH]
-                self._decode([(chunk, seq, start + len(chunk) == len(ids))])
+                last = start + len(chunk) == len(ids)
+                self._decode([(chunk, seq, len(chunk) - 1 if last else len(chunk))])
             return self._logits(len(chunk) - 1)
 
     def forward(self, rows: Sequence[tuple[Sequence[int], KVCache]]) -> list[torch.Tensor]:
@@ -258,12 +268,15 @@ class LlamaCppModel:
         lengths = [len(tokens) for tokens, _ in rows]
         if not rows or min(lengths) == 0 or sum(lengths) > N_BATCH:
             raise ValueError(f"a pass takes 1..{N_BATCH} tokens per request and in all, got {lengths}")
+        past = [n + _sequence(cache).length for n, (_, cache) in zip(lengths, rows)]
+        if max(past) > self._window:
+            raise ValueError(f"a pass would take a sequence to {max(past)} positions; the window is {self._window}")
         flat = [(int(t), _sequence(cache), r) for r, (tokens, cache) in enumerate(rows) for t in tokens]
         logits: list[list[torch.Tensor]] = [[] for _ in rows]
         with self._lock:
             for start in range(0, len(flat), MAX_PASS_ROWS):
                 part = flat[start:start + MAX_PASS_ROWS]
-                self._decode([([t], seq, True) for t, seq, _ in part])
+                self._decode([([t], seq, 0) for t, seq, _ in part])
                 for i, (_, _, r) in enumerate(part):
                     logits[r].append(self._logits(i))
         return [torch.stack(rs) for rs in logits]
@@ -279,21 +292,29 @@ class LlamaCppModel:
     def release(self, cache: KVCache) -> None:
         """Clear the sequence and return its id to the pool (idempotent)."""
         seq = _sequence(cache)
+        if seq.finalizer is not None:
+            seq.finalizer()
+        seq.length = 0
+
+    def _free_sequence(self, seq_id: int) -> None:
+        """Clear sequence ``seq_id``'s KV cells and return the id to the pool."""
         with self._lock:
-            self._lib.llama_memory_seq_rm(self._memory, seq.seq_id, -1, -1)
-            if seq.seq_id not in self._free_ids:
-                self._free_ids.append(seq.seq_id)
-            seq.length = 0
+            if getattr(self, "_ctx", None):
+                self._lib.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+            if seq_id not in self._free_ids:
+                self._free_ids.append(seq_id)
 
     # -- llama.cpp calls (under the lock) -------------------------------------------------
-    def _decode(self, rows: Sequence[tuple[list[int], LlamaSequence, bool]]) -> None:
-        """Fill the batch with ``(tokens, sequence, logits wanted)`` rows, each token at its
-        sequence's next position, and decode it; the sequences' lengths grow on success."""
+    def _decode(self, rows: Sequence[tuple[list[int], LlamaSequence, int]]) -> None:
+        """Fill the batch with ``(tokens, sequence, first token whose logits are wanted)`` rows,
+        each token at its sequence's next position, and decode it; the sequences' lengths grow
+        on success."""
         batch, i, ends = self._batch, 0, dict[int, int]()
-        for tokens, seq, want in rows:
-            for token in tokens:
+        for tokens, seq, first_logits in rows:
+            for j, token in enumerate(tokens):
                 pos = ends.get(seq.seq_id, seq.length)
-                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, want
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+                batch.logits[i] = j >= first_logits
                 batch.seq_id[i][0] = seq.seq_id
                 ends[seq.seq_id] = pos + 1
                 i += 1
@@ -338,13 +359,15 @@ def gguf_tokenizer(gguf: Path, cache_dir: Path) -> PreTrainedTokenizerBase:
     Raises:
         ModelLoadError: transformers cannot read the GGUF's tokenizer.
     """
-    folder = cache_dir / f"{gguf.stem}.tokenizer"
+    stat = gguf.stat()
+    identity = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    folder = cache_dir / f"{gguf.stem}.{identity}.tokenizer"  # a file replaced or of the same name: another
     if (folder / "tokenizer_config.json").exists():
         return AutoTokenizer.from_pretrained(str(folder))
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot read the tokenizer of {gguf}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a corrupt GGUF fails deep in its reader (struct.error, ...)
+        raise ModelLoadError(f"cannot read the tokenizer of {gguf}: {type(exc).__name__}: {exc}") from exc
     cache_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(str(folder))
     return tokenizer

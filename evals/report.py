@@ -25,6 +25,15 @@ def _loop_stop_words(span: int) -> str:
             "before, cut before the repeats)" if span else "loop stop off")
 
 
+def _reference_words(report: dict) -> str:
+    """What plain greedy was on the report's backend, with llama.cpp's own check of it."""
+    if report.get("backend", "torch") == "torch":
+        return "transformers `generate(do_sample=False)`"
+    lib = report.get("library_greedy", {})
+    return (f"the {report['backend']} backend's own, one token per forward; identical to llama-cpp-python's "
+            f"`Llama.generate(temp=0)` on {lib.get('identical', 0)} of {sum(lib.values())} questions")
+
+
 def exactness_markdown(report: dict) -> str:
     """The contract checked, the summary table (identical and loop-stopped answers per mode),
     the per-question outcomes and the divergence table."""
@@ -32,7 +41,7 @@ def exactness_markdown(report: dict) -> str:
     span = report.get("loop_span", 0)
     finishes = report.get("reference_finish", {})
     lines = ["# Exactness vs plain greedy", "", *_hardware_lines(report.get("hardware", {})), "",
-             "Contract checked: each mode's ids equal plain greedy's (transformers `generate(do_sample=False)`) "
+             "Contract checked: each mode's ids equal plain greedy's (" + _reference_words(report) + ") "
              "cut by the same stops at one commit boundary — EOS, max_new_tokens and the loop stop, the reference "
              "being greedy's ids run through `decoding.stopping.apply_stops` with the same settings — and end with "
              "the same finish reason.", "",

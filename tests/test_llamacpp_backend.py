@@ -225,3 +225,50 @@ def test_copilot_config_says_which_backend_runs_the_target_and_its_draft_plan():
     assert shown["backend_plan"] == "llama.cpp" and "none on the llama.cpp backend" in shown["draft_model_plan"]
     shown = json.loads(CliRunner().invoke(app, ["config"], env={**env, "COPILOT_BACKEND": "torch"}).output)
     assert shown["backend_plan"] == "torch"
+
+
+def test_an_abandoned_stream_or_batch_gives_its_sequence_back(qwen_engine, references):
+    import gc
+
+    target = qwen_engine.target
+    prompt, contexts = _prompts(target)[0]
+    free = len(target._free_ids)
+    for _ in range(8):  # more than the pool holds: each abandoned request's slot comes back
+        stream = qwen_engine.stream(prompt, GenerationConfig(max_new_tokens=8), contexts)
+        next(stream)
+        stream.close()
+        batch = qwen_engine.batch()
+        batch.add(prompt, GenerationConfig(max_new_tokens=8), contexts)
+        del batch
+        gc.collect()
+    assert len(target._free_ids) == free
+    assert qwen_engine.generate(prompt, GenerationConfig(max_new_tokens=32), contexts).token_ids == references[0]
+
+
+def test_a_pass_past_the_window_is_refused(qwen):
+    cache = qwen.new_cache(0)
+    try:
+        qwen.prefill([1] * 10, cache)
+        cache.length = qwen.max_positions - 1  # as if the window were nearly full
+        with pytest.raises(ValueError, match="the window is 3072"):
+            qwen.forward([([1, 2], cache)])
+    finally:
+        qwen.release(cache)
+
+
+def test_a_corrupt_gguf_is_a_load_error_and_tokenizers_are_cached_per_file(tmp_path):
+    from decoding.embedded import ModelLoadError
+    from decoding.llamacpp import embedded_gguf, gguf_tokenizer
+    from decoding.models import load_target
+
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"GGUFxxxx")
+    with pytest.raises(ModelLoadError, match="cannot read the tokenizer"):
+        load_target(str(bad), backend="llama.cpp", cache_dir=tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "model.gguf").symlink_to(embedded_gguf(SMOLLM2_135M, tmp_path))
+    (tmp_path / "b" / "model.gguf").symlink_to(embedded_gguf(QWEN_CODER_05B, tmp_path / "gguf"))
+    small = gguf_tokenizer(tmp_path / "a" / "model.gguf", tmp_path / "cache")
+    qwen = gguf_tokenizer(tmp_path / "b" / "model.gguf", tmp_path / "cache")  # same name, another file
+    assert len(small.get_vocab()) != len(qwen.get_vocab())
