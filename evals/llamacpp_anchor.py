@@ -1,5 +1,9 @@
 """llama.cpp's own generation as the anchor users would pick on a CPU (what Ollama runs).
 
+It runs in the llama-cpp-python that ``scripts/build_llama_cpp.sh`` builds (without llamafile's
+sgemm, evals/results/README.md): for the 1.5B's K-quants the same kernels as a stock build; the
+0.5B's Q5_0/Q8_0 prefill is slower than a stock build's.
+
 ``llamacpp_greedy`` is llama-cpp-python's high-level ``Llama.generate(temp=0)`` on the very
 GGUF our llama.cpp backend runs, with its threads; ``llamacpp_pld_N`` adds its prompt lookup
 (``LlamaPromptLookupDecoding(num_pred_tokens=N)``: drafts from the prompt, verified in one

@@ -77,7 +77,7 @@ def test_readyz_and_config_name_the_draft_model(light_app, tmp_path, monkeypatch
     with TestClient(light_app()) as c:
         assert c.get("/readyz").json()["draft_model"] == "no target model is loaded"
     result = CliRunner().invoke(app, ["config"], env={"COPILOT_DRAFT_MODEL": "auto", "COPILOT_DEVICE": "cpu",
-                                                      "COPILOT_DATA_DIR": str(tmp_path)})
+                                                      "COPILOT_BACKEND": "torch", "COPILOT_DATA_DIR": str(tmp_path)})
     assert result.exit_code == 0 and "derived:int4 built in the background" in result.output
 
 
