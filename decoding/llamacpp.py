@@ -39,7 +39,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from decoding.embedded import ModelLoadError
-from decoding.target import KVCache
+from decoding.target import KVCache, backend_cache
 
 if TYPE_CHECKING:
     from decoding.embedded import EmbeddedModel
@@ -114,14 +114,8 @@ class LlamaSequence:
 
 
 def _sequence(cache: KVCache) -> LlamaSequence:
-    """``cache`` as the sequence it must be on this backend.
-
-    Raises:
-        TypeError: a cache made by another backend.
-    """
-    if not isinstance(cache, LlamaSequence):
-        raise TypeError(f"a llama.cpp target runs on its own sequences, got {type(cache).__name__}")
-    return cache
+    """``cache`` as the :class:`LlamaSequence` of this backend (TypeError for another's)."""
+    return backend_cache(cache, LlamaSequence, "llama.cpp")
 
 
 class LlamaCppModel:

@@ -20,7 +20,7 @@ from decoding.embedded import SMOLLM2_135M, ModelLoadError, embedded_folder, fin
 from decoding.few_token_linear import few_token_passes, use_few_token_linear
 from decoding.kv_cache import PreallocatedCache, crop_cache
 from decoding.packed_pass import packed_pass, supports_packed_pass
-from decoding.target import KVCache, Target
+from decoding.target import KVCache, Target, backend_cache
 
 log = logging.getLogger(__name__)
 
@@ -169,14 +169,8 @@ class LoadedModel:
 
 
 def _torch_cache(cache: KVCache) -> Cache:
-    """``cache`` as the transformers ``Cache`` it must be on this backend.
-
-    Raises:
-        TypeError: a cache made by another backend.
-    """
-    if not isinstance(cache, Cache):
-        raise TypeError(f"a torch target runs on transformers caches, got {type(cache).__name__}")
-    return cache
+    """``cache`` as the transformers ``Cache`` of this backend (TypeError for another's)."""
+    return backend_cache(cache, Cache, "torch")
 
 
 def resolve_device(device: str) -> torch.device:

@@ -14,10 +14,12 @@ backend computes in.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, TypeVar
 
 import torch
 from transformers import PreTrainedTokenizerBase
+
+C = TypeVar("C")
 
 
 class KVCache(Protocol):
@@ -109,3 +111,14 @@ class Target(Protocol):
     def release(self, cache: KVCache) -> None:
         """Free ``cache`` (its memory, or its sequence slot); it is not used again."""
         ...
+
+
+def backend_cache(cache: KVCache, kind: type[C], backend: str) -> C:
+    """``cache`` as the ``kind`` of cache the ``backend`` made it (a backend reads only its own).
+
+    Raises:
+        TypeError: a cache made by another backend.
+    """
+    if not isinstance(cache, kind):
+        raise TypeError(f"a {backend} target runs on its own caches ({kind.__name__}), got {type(cache).__name__}")
+    return cache

@@ -272,3 +272,15 @@ def test_a_corrupt_gguf_is_a_load_error_and_tokenizers_are_cached_per_file(tmp_p
     small = gguf_tokenizer(tmp_path / "a" / "model.gguf", tmp_path / "cache")
     qwen = gguf_tokenizer(tmp_path / "b" / "model.gguf", tmp_path / "cache")  # same name, another file
     assert len(small.get_vocab()) != len(qwen.get_vocab())
+
+
+def test_a_backend_setting_outside_the_list_and_a_foreign_cache_are_refused(qwen):
+    from pydantic import ValidationError
+
+    from copilot.config import Settings
+    from decoding.kv_cache import PreallocatedCache
+
+    with pytest.raises(ValidationError, match="backend"):
+        Settings(_env_file=None, backend="onnx")
+    with pytest.raises(TypeError, match="llama.cpp target runs on its own caches"):
+        qwen.forward([([1], PreallocatedCache(4))])
