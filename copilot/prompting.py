@@ -27,6 +27,20 @@ NO_CONTEXT_ANSWER = ("I found no logbook entries or tickets to answer from: the 
                      "nothing matched.")
 
 
+def no_context_answer(store_empty: bool, filtered: bool, scoped: bool) -> str:
+    """The answer when retrieval found no source, saying why: the store is empty, the filters
+    (``filtered``) matched nothing, or nothing within the key's read scope (``scoped``) matched."""
+    lead = "I found no logbook entries or tickets to answer from: "
+    if store_empty:
+        return lead + "the document store is empty."
+    scope = " that your API key may read" if scoped else ""
+    if filtered:
+        return lead + f"no entry{scope} matches the filters you gave."
+    if scoped:
+        return lead + "no entry that your API key may read matched."
+    return NO_CONTEXT_ANSWER
+
+
 class PromptTooLongError(ValueError):
     """The question (with the instructions) alone exceeds the prompt budget."""
 

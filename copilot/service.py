@@ -16,7 +16,6 @@ from copilot.citations import CitationFilter, cited_numbers
 from copilot.config import Settings
 from copilot.grounding import DocumentText, Grounding, assess, entity_order, not_found_answer, question_entities
 from copilot.prompting import (
-    NO_CONTEXT_ANSWER,
     PROMPT_STYLES,
     BuiltPrompt,
     ChatTurn,
@@ -26,6 +25,7 @@ from copilot.prompting import (
     build_prompt,
     chat_prompt,
     completion_prompt,
+    no_context_answer,
     style_name,
 )
 from copilot.question import Mode, Question
@@ -464,7 +464,9 @@ class CopilotService:
         if not prepared.question.retrieves:
             return None
         if not prepared.prompt.sources:
-            fixed = NO_CONTEXT_ANSWER
+            question = prepared.question
+            fixed = no_context_answer(self.store.count_documents() == 0, question.flt is not None,
+                                      not question.access.reads_all)
         elif not prepared.grounding.answerable:
             titles = [" ".join(str(s.metadata.get("title") or s.doc_id).split()) for s in prepared.prompt.sources]
             fixed = not_found_answer(prepared.grounding, titles)

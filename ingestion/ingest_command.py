@@ -13,7 +13,8 @@ from ingestion.embedding import Embedder
 from ingestion.errors import StoreError, StoreLockedError
 from ingestion.interrupt import IngestInterrupted, stop_on_signals
 from ingestion.loaders import LoaderConfig
-from ingestion.pipeline import ingest_paths
+from ingestion.files import discover_files
+from ingestion.pipeline import common_root, ingest_paths, mark_not_reached
 from ingestion.report import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_STORE, EXIT_USAGE, IngestReport
 from ingestion.store import StoreSettings, open_store
 
@@ -63,6 +64,9 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
         store = open_store(settings, embedder=embedder)
     except StoreError as exc:
         report.error, code = str(exc), EXIT_STORE
+        files, missing = discover_files([Path(p) for p in paths])
+        mark_not_reached(report, files + missing, common_root([Path(p) for p in paths]),
+                         f"not reached: the store cannot be opened ({exc}); re-run to resume")
     else:
         try:
             with stop_on_signals():

@@ -293,6 +293,7 @@ class _Run:
         if self.batch.is_empty():
             return
         try:
+            self.store.check_room()
             result = self.store.apply(self.batch)
         except StoreError as exc:
             self._fail_batch(exc)
@@ -387,6 +388,7 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
             _ingest_files(run, files, root)
         except StoreError as exc:
             report.error = str(exc)
+            mark_not_reached(report, files, root, f"not reached: the store failed ({exc}); re-run to resume")
             exc.report = report  # type: ignore[attr-defined]
             raise
         except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM under stop_on_signals()
@@ -406,6 +408,14 @@ def _discover(paths: list[Path], root: Path, report: IngestReport) -> list[Path]
     report.files.extend(FileReport(path=str(path), source=source_name(path, root), status="failed",
                                    reason="no such file or directory") for path in missing)
     return files
+
+
+def mark_not_reached(report: IngestReport, files: Sequence[Path], root: Path, reason: str) -> None:
+    """Append each of ``files`` that ``report`` does not list yet as ``failed`` with ``reason``:
+    a run that stops still names every file it was given."""
+    reached = {entry.path for entry in report.files}
+    report.files.extend(FileReport(path=str(p), source=source_name(p, root), status="failed", reason=reason)
+                        for p in files if str(p) not in reached)
 
 
 def _stopped(run: _Run, exc: KeyboardInterrupt, files: list[Path], root: Path, started: float) -> IngestInterrupted:
@@ -442,4 +452,4 @@ def _ingest_files(run: _Run, files: list[Path], root: Path) -> None:
 
 __all__ = ["IngestProgress", "IngestReport", "FileReport", "ingest_paths", "discover_files", "common_root",
            "source_name", "own_path", "read_regular_file", "NotRegularFileError", "StoreError", "IngestInterrupted",
-           "stop_on_signals", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE", "EXIT_CODES_HELP"]
+           "stop_on_signals", "mark_not_reached", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE", "EXIT_CODES_HELP"]

@@ -52,6 +52,7 @@ from ingestion.stores.dense import DenseIndex
 from ingestion.stores.ingest_lock import IngestLock
 from ingestion.stores.lexical_index import lexical_index
 from ingestion.stores.manifest import DocumentRecord, Manifest
+from ingestion.stores.space_reserve import DEFAULT_RESERVE_BYTES, SpaceReserve, disk_full
 from ingestion.write_batch import ApplyResult, DocumentWrite, WriteBatch
 
 __all__ = ["ApplyResult", "ChunkStore", "DocumentWrite", "StoreSettings", "WriteBatch", "open_store"]
@@ -77,15 +78,18 @@ class ChunkStore:
         embedder: the embedding model wrapper (default: embedded all-MiniLM-L6-v2, loaded lazily).
         max_chunk_tokens: chunk ceiling in tokens incl. special tokens (default and maximum:
             the model's max sequence length).
+        reserve_bytes: the space reserve kept in ``data_dir`` for reading and deleting on a full
+            disk (:mod:`ingestion.stores.space_reserve`; 0: none; none for a PostgreSQL store).
     Raises:
         StoreError: a server is unreachable, or the store was built with another embedding model.
     """
 
     def __init__(self, data_dir: Path, *, chroma_url: str | None = None, database_url: str | None = None,
                  collection: str = "opscopilot", embedder: Embedder | None = None,
-                 max_chunk_tokens: int | None = None) -> None:
+                 max_chunk_tokens: int | None = None, reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.reserve = SpaceReserve(self.data_dir, reserve_bytes if database_url is None else 0)
         self.embedder = embedder or Embedder()
         self.collection_name = collection
         self._max_chunk_tokens = max_chunk_tokens
@@ -114,6 +118,7 @@ class ChunkStore:
             self.dense = ChromaStore(None if chroma_url else self.data_dir / "chroma", chroma_url, collection, model,
                                      folder_sources=self.manifest.sources_under)
         self._seen_generation = self.manifest.get_meta("generation")
+        self.reserve.ensure()
 
     @property
     def location(self) -> str:
@@ -271,7 +276,9 @@ class ChunkStore:
             except StoreError:
                 raise
             except Exception as exc:
-                raise StoreError(f"store write failed: {type(exc).__name__}: {exc}") from exc
+                full = "" if disk_full(exc) or not self.reserve.low() else \
+                    f" (the disk under {self.data_dir} is full: {self.reserve.free()} bytes free)"
+                raise StoreError(f"store write failed: {type(exc).__name__}: {exc}{full}") from exc
         return ApplyResult(len(batch.writes), len(chunks), len(deletes), embed_s)
 
     def _record(self, w: DocumentWrite) -> DocumentRecord:
@@ -333,6 +340,18 @@ class ChunkStore:
         ids = [make_chunk_id(rec.doc_id, i) for i in range(rec.n_chunks)] if rec is not None else []
         return bool(ids) and len(self.dense.get_embeddings(ids)) == len(ids)
 
+    def check_room(self) -> None:
+        """Refuse an ingest write where the space reserve is released and cannot be allocated
+        again (:mod:`ingestion.stores.space_reserve`): that room is for reading and deleting.
+
+        Raises:
+            StoreError: the disk is full (the message says what to do).
+        """
+        if not self.reserve.ensure():
+            raise StoreError(f"the disk under {self.data_dir} is full: database or disk is full (the "
+                             f"{self.reserve.size}-byte space reserve for reading and deleting is in use); "
+                             "free space, then re-run")
+
     def delete_document(self, doc_id: str, *, uploads_dir: Path | None = None) -> bool:
         """Delete a document from both indexes and the manifest, and its bytes from their files
         (:func:`ingestion.purge.purge`); False if it was not stored.
@@ -341,9 +360,25 @@ class ChunkStore:
         removed; the file's other documents stay stored, detached from it. A file elsewhere is
         the operator's: left alone, its fingerprint dropped, so re-ingesting it re-adds the document.
 
+        On a full disk the space reserve is released first (or, after a failure, and the deletion
+        tried again with the dense index re-opened); a purge that
+        then finds no room leaves its pending mark (the deletion stands; the next purge, or
+        ``copilot documents compact``, removes the bytes).
+
         Raises:
             StoreError: a store write failed (the document may still be stored: retry).
         """
+        if self.reserve.low():  # make room first: a library that failed a write may not recover
+            self.reserve.release()
+        try:
+            return self._delete_document(doc_id, uploads_dir)
+        except Exception as exc:
+            if not ((disk_full(exc) or self.reserve.low()) and self.reserve.release()):
+                raise
+            self._reopen_dense()
+            return self._delete_document(doc_id, uploads_dir)
+
+    def _delete_document(self, doc_id: str, uploads_dir: Path | None) -> bool:
         from ingestion.purge import PURGE_PENDING, purge
         from ingestion.uploads import remove_upload_copy, upload_copy
 
@@ -367,7 +402,13 @@ class ChunkStore:
             self.apply(WriteBatch(deletes=[doc_id], forget_files=[rec.source_abs] if rec.source_abs else []))
             with self._transaction():
                 self.manifest.forget_files(sources=[rec.source])
-            purge(self)
+            try:
+                purge(self)
+            except StoreError as exc:
+                if not disk_full(exc):
+                    raise
+                log.warning("deleted %s; the disk is too full to purge its bytes from the store's files now "
+                            "(retried on the next purge, or run `copilot documents compact`)", doc_id)
             return True
 
     # -- reading ----------------------------------------------------------------------------
@@ -482,16 +523,25 @@ def open_store(settings: StoreSettings, *, embedder: Embedder | None = None,
         max_chunk_tokens: chunk ceiling in tokens (default: the model's maximum).
     Raises:
         StoreError: Chroma unreachable, the store was built with another embedding model, or the
-            data dir is unusable (read-only, not a folder, no space: the OS's or SQLite's reason).
+            data dir is unusable (read-only, not a folder, no space even with the space reserve
+            released: the OS's or SQLite's reason).
     """
     if embedder is None:
         from ingestion import embedding  # looked up at call time, so a substituted Embedder class is honoured
 
         embedder = embedding.Embedder(settings.embedding_model)
-    try:
+    def build() -> ChunkStore:
         return ChunkStore(Path(settings.data_dir), chroma_url=settings.chroma_url or None,
                           database_url=settings.database_url or None, collection=settings.collection,
                           embedder=embedder, max_chunk_tokens=max_chunk_tokens)
+
+    try:
+        try:
+            return build()
+        except Exception as exc:  # a full disk: open again with the space reserve released
+            if settings.database_url or not (disk_full(exc) and SpaceReserve(Path(settings.data_dir)).release()):
+                raise
+            return build()
     except (OSError, sqlite3.Error) as exc:
         folder = os.fspath(settings.data_dir)
         reason = ("it is not a folder" if os.path.exists(folder) and not os.path.isdir(folder)

@@ -1,6 +1,7 @@
 """Turning file bytes into text: BOMs, UTF-8, charset detection, binary rejection.
 
-Order: a byte-order mark wins (UTF-8/16/32); otherwise NUL bytes mean binary;
+Order: a byte-order mark wins (UTF-8/16/32); otherwise NUL bytes mean binary (more than a
+few stray ones: those are left to the loader, whose record holding them fails alone);
 otherwise strict UTF-8; otherwise charset-normalizer's detection. Among the
 candidates charset-normalizer finds about equally plausible, a Western European
 code page (cp1252 / ISO-8859-1 / ISO-8859-15, the ELOG default) is preferred, since
@@ -33,6 +34,9 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
 #: Preferred legacy encodings, in order, when detection is ambiguous.
 PREFERRED_LEGACY: tuple[str, ...] = ("cp1252", "latin_1", "iso8859_15")
 _CHAOS_TOLERANCE = 0.02
+#: NUL bytes a text file may hold (per cent of its first 64 KiB) and still be text: a damaged
+#: entry (a crashed writer's padding) then fails alone, in its loader; binaries hold far more.
+MAX_STRAY_NUL_PERCENT = 1
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,8 @@ def decode_bytes(data: bytes, *, name: str = "<bytes>") -> DecodedText:
     Returns:
         The text (line endings untouched) and the codec used.
     Raises:
-        BinaryFileError: NUL bytes without a UTF-16/32 BOM, or no encoding fits.
+        BinaryFileError: NUL bytes (over :data:`MAX_STRAY_NUL_PERCENT` of the first 64 KiB) without a
+            UTF-16/32 BOM, or no encoding fits.
     """
     for bom, codec in _BOMS:
         if data.startswith(bom):
@@ -60,7 +65,8 @@ def decode_bytes(data: bytes, *, name: str = "<bytes>") -> DecodedText:
                 return DecodedText(data.decode(codec), codec)
             except UnicodeDecodeError as exc:
                 raise BinaryFileError(f"{name}: has a {codec} byte-order mark but does not decode: {exc}") from exc
-    if b"\x00" in data[:65536]:
+    sample = data[:65536]
+    if sample.count(0) * 100 > len(sample) * MAX_STRAY_NUL_PERCENT:
         raise BinaryFileError(f"{name}: binary file (contains NUL bytes)")
     try:
         return DecodedText(data.decode("utf_8"), "utf_8")

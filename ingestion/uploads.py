@@ -74,22 +74,6 @@ def _refused(folder: PurePosixPath, exc: OSError) -> UploadRejectedError:
     return UploadPathError(f"cannot store the upload under {shown!r}: {reason}")
 
 
-def safe_upload_name(filename: str | None) -> str:
-    """The base name of an uploaded file, checked.
-
-    Raises:
-        UploadNameError: a missing, hidden, over-long (over 255 bytes) or control-character name.
-    """
-    name = PurePosixPath((filename or "").replace("\\", "/")).name
-    if not name or name in (".", ".."):
-        raise UploadNameError(f"upload has no usable file name: {filename!r}")
-    if name.startswith("."):
-        raise UploadNameError(f"hidden file names are not ingested: {name!r}")
-    if len(name.encode()) > 255 or any(ord(c) < 32 or c == "\x7f" for c in name):
-        raise UploadNameError(f"invalid file name: {filename!r}")
-    return name
-
-
 #: Bytes of one folder name (the usual file-system limit, NAME_MAX) and of the whole upload folder.
 MAX_NAME_BYTES = 255
 MAX_FOLDER_BYTES = 1024
@@ -97,20 +81,49 @@ MAX_FOLDER_BYTES = 1024
 MAX_FOLDER_DEPTH = 32
 
 
+def _has_control(name: str) -> bool:
+    """Whether ``name`` holds a control character (C0, including NUL and newline, or DEL)."""
+    return any(ord(c) < 32 or c == "\x7f" for c in name)
+
+
+def safe_upload_name(filename: str | None) -> str:
+    """The base name of an uploaded file, checked.
+
+    Raises:
+        UploadNameError: a missing, hidden, over-long (over :data:`MAX_NAME_BYTES` bytes) or
+            control-character name.
+    """
+    name = PurePosixPath((filename or "").replace("\\", "/")).name
+    if not name or name in (".", ".."):
+        raise UploadNameError(f"upload has no usable file name: {filename!r}")
+    if name.startswith("."):
+        raise UploadNameError(f"hidden file names are not ingested: {name!r}")
+    if len(name.encode()) > MAX_NAME_BYTES or _has_control(name):
+        raise UploadNameError(f"invalid file name: {filename!r}")
+    return name
+
+
 def safe_folder(folder: str | None) -> PurePosixPath:
     """A relative folder for uploaded files' sources (``tickets`` → ``tickets/export.json``).
 
+    An empty folder, ``.`` or ``./`` is the uploads root (``PurePosixPath()``); each name in
+    the folder gets the checks a file name gets (:func:`safe_upload_name`).
+
     Raises:
-        UploadPathError: an absolute path, ``..``, empty or hidden components, a NUL byte, a
-            name over :data:`MAX_NAME_BYTES` bytes, over :data:`MAX_FOLDER_DEPTH` names or over
-            :data:`MAX_FOLDER_BYTES` bytes in all.
+        UploadPathError: an absolute path, ``..``, empty or hidden components, a control
+            character (NUL, newline, ...), a name over :data:`MAX_NAME_BYTES` bytes, over
+            :data:`MAX_FOLDER_DEPTH` names or over :data:`MAX_FOLDER_BYTES` bytes in all.
     """
     if not folder:
         return PurePosixPath()
     shown = repr(folder if len(folder) <= 80 else folder[:80] + "...")
+    if _has_control(folder):
+        raise UploadPathError(f"folder must not contain control characters (NUL, newline, ...): {shown}")
     p = PurePosixPath(folder.replace("\\", "/"))
-    if p.is_absolute() or any(part in ("..", "") or part.startswith(".") for part in p.parts) or "\x00" in folder:
+    if p.is_absolute() or any(part in ("..", "") or part.startswith(".") for part in p.parts):
         raise UploadPathError(f"folder must be a relative path without '..' or hidden parts: {shown}")
+    if not p.parts:  # "." or "./": the uploads root
+        return PurePosixPath()
     longest = max(len(part.encode()) for part in p.parts)
     if longest > MAX_NAME_BYTES:
         raise UploadPathError(f"folder {shown} has a name of {longest} bytes; the limit is {MAX_NAME_BYTES}")

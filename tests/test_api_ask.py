@@ -213,8 +213,10 @@ def empty_client(tmp_path, embedded_engine, embedder):
 
 
 def test_empty_store_answers_that_there_is_no_context(empty_client, sse_events):
-    from copilot.prompting import NO_CONTEXT_ANSWER
+    from copilot.prompting import no_context_answer
 
+    NO_CONTEXT_ANSWER = no_context_answer(store_empty=True, filtered=False, scoped=False)
+    assert "the document store is empty." in NO_CONTEXT_ANSWER
     r = empty_client.post("/v1/ask", json={"question": "How was the FNAL link fixed?"})
     assert r.status_code == 200, r.text
     body = r.json()

@@ -426,6 +426,12 @@ def test_answer_routes_cite_chat_footers_and_draft_only_within_the_scope(tmp_pat
             assert all(reads(s) for s in response["sources"]), name
         r = c.post("/v1/completions", json={"model": "opscopilot", "prompt": "The disk", "max_tokens": 8}, headers=OPS)
         assert r.status_code == 200, r.text
+        # a filter outside the key's scope: no source, and the answer says why (not "the store is empty")
+        outside = c.post("/v1/ask", json={"question": "What caused the FTS outage?",
+                                          "filters": {"source": "postmortems/2026-01-fts-outage.md"}}, headers=OPS)
+        assert outside.status_code == 200 and outside.json()["sources"] == []
+        assert "that your API key may read matches the filters" in outside.json()["answer"], outside.json()["answer"]
+        assert "empty" not in outside.json()["answer"]
     ops_partition = Access("ops", frozenset({"elog", "shiftlog"}), ("logbooks",)).partition
     sec_partition = Access("sec", frozenset({"jira"}), ("tickets/security",)).partition
     assert {ops_partition, sec_partition} <= set(embedded_engine.history.partitions())

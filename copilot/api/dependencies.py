@@ -4,8 +4,9 @@ the caller's :class:`~copilot.access.Access` from its API key.
 Every auth dependency returns the caller's access (routes that filter by it take it as a
 parameter): without configured keys everyone has :data:`~copilot.access.FULL_ACCESS`; with
 keys, a missing or malformed ``Authorization: Bearer`` header is a 401 and an unknown key a
-403, unless the route is open to anonymous readers (``public_reads``), who get the keys
-file's ``public`` scope (default: read everything).
+403, unless the route is open to anonymous readers (``public_reads``): a request without an
+``Authorization`` header then gets the keys file's ``public`` scope (default: read
+everything); one with a wrong key is still a 403.
 """
 
 from __future__ import annotations
@@ -70,14 +71,14 @@ def get_keyring(request: Request, settings: Settings = Depends(get_settings)) ->
 def _access(ring: KeyRing, request: Request, credentials: HTTPAuthorizationCredentials | None,
             anonymous_ok: bool) -> Access:
     """The caller's access: 401 without a usable ``Authorization: Bearer`` header, 403 for a key
-    that is not configured; an anonymous caller (or one sending an unknown key) gets the
-    public scope where ``anonymous_ok``."""
+    that is not configured; an anonymous caller (no ``Authorization`` header at all) gets the
+    public scope where ``anonymous_ok``. A mistyped key is a 403 there too, never the public scope."""
     if not ring.enabled:
         return FULL_ACCESS
     access = ring.lookup(credentials.credentials) if credentials is not None else None
     if access is not None:
         return access
-    if anonymous_ok:
+    if anonymous_ok and request.headers.get("authorization") is None:
         return ring.public
     if credentials is None:
         header = request.headers.get("authorization")

@@ -38,7 +38,7 @@ class Metrics:
     ``speculation_tau{drafter}`` and ``speculation_alpha{drafter}`` (one observation per
     request; drafter ``all`` is the request's overall τ), ``draft_tokens_proposed_total{drafter}``
     and ``draft_tokens_accepted_total{drafter}`` (their ratio is the aggregate α),
-    ``queue_depth``, ``queue_wait_seconds``, ``queue_rejections_total``,
+    ``queue_depth``, ``queue_capacity``, ``queue_wait_seconds``, ``queue_rejections_total``,
     ``ingest_jobs_total{status}``; plus prometheus_client's standard process (``process_*``:
     CPU seconds, resident memory, open file descriptors, start time), platform
     (``python_info``) and garbage-collector (``python_gc_*``) collectors.
@@ -68,8 +68,10 @@ class Metrics:
                                ["drafter"], buckets=ALPHA_BUCKETS, registry=r)
         self.proposed = Counter("copilot_draft_tokens_proposed", "Draft tokens proposed", ["drafter"], registry=r)
         self.accepted = Counter("copilot_draft_tokens_accepted", "Draft tokens accepted", ["drafter"], registry=r)
-        self.queue_depth = Gauge("copilot_queue_depth", "Requests waiting for admission to the decoding batch",
-                                 registry=r)
+        self.queue_depth = Gauge("copilot_queue_depth", "Requests waiting for admission to the decoding batch "
+                                 "(at most copilot_queue_capacity)", registry=r)
+        self.queue_capacity = Gauge("copilot_queue_capacity", "Requests that may wait now: the queue size plus "
+                                    "the batch's free slots (more get 503)", registry=r)
         self.batch_size = Gauge("copilot_batch_size", "Requests decoding together in the batch now", registry=r)
         self.queue_wait = Histogram("copilot_queue_wait_seconds", "Time a request waited for admission to the batch",
                                     buckets=LATENCY_BUCKETS, registry=r)
@@ -77,9 +79,12 @@ class Metrics:
                                         registry=r)
         self.ingest_jobs = Counter("copilot_ingest_jobs", "Finished ingest jobs by status", ["status"], registry=r)
 
-    def bind_queue(self, depth: Callable[[], int], batch_size: Callable[[], int]) -> None:
-        """Report ``depth()`` as the queue depth and ``batch_size()`` as the batch size at every scrape."""
+    def bind_queue(self, depth: Callable[[], int], batch_size: Callable[[], int],
+                   capacity: Callable[[], int]) -> None:
+        """Report ``depth()`` as the queue depth, ``capacity()`` as its capacity and ``batch_size()``
+        as the batch size at every scrape."""
         self.queue_depth.set_function(depth)
+        self.queue_capacity.set_function(capacity)
         self.batch_size.set_function(batch_size)
 
     def render(self) -> bytes:

@@ -142,13 +142,46 @@ def _refused(param: str, what: str) -> UnsupportedParameterError:
     return UnsupportedParameterError(param, f"{param}: {what} is not supported by this server")
 
 
+def store_refused() -> UnsupportedParameterError:
+    """``store: true``, refused alike on chat completions and responses: nothing is stored, so
+    nothing could be fetched or continued later."""
+    return _refused("store", "store=true (nothing is stored: send the conversation with each request)")
+
+
 def tool_use_refused(tool_choice: object, param: str = "tool_choice") -> UnsupportedParameterError | None:
     """Tools are accepted and never called: a ``tool_choice`` absent, ``"auto"`` or ``"none"``
     lets the model answer in text (Open WebUI sends its tools by default); one that forces a
-    call (``"required"``, a named function) cannot be honoured."""
+    call (``"required"``, a named function) cannot be honoured; any other string is no OpenAI value."""
     if tool_choice is None or tool_choice in ("none", "auto"):
         return None
+    if isinstance(tool_choice, str) and tool_choice != "required":
+        return UnsupportedParameterError(param, f"{param}: {tool_choice[:40]!r} is not a valid value; use 'none', "
+                                         "'auto', 'required' or an object naming a tool")
     return _refused(param, "forcing a tool call (tools are accepted, but this server never calls one)")
+
+
+def tools_invalid(tools: list[dict[str, Any]] | None, nested: bool,
+                  param: str = "tools") -> UnsupportedParameterError | None:
+    """The first malformed tool, as an error naming it (None when every tool is well formed).
+
+    A tool is an object with a string ``type``; a ``function`` tool names its function, under
+    ``function.name`` in chat completions (``nested``) and ``name`` in the Responses API
+    (OpenAI's two tool shapes). Tools are never called, but a client sending a malformed one
+    has a bug it should hear about, as OpenAI tells it.
+    """
+    for i, tool in enumerate(tools or []):
+        kind = tool.get("type")
+        if not isinstance(kind, str) or not kind:
+            return UnsupportedParameterError(f"{param}.{i}", f"{param}.{i}: a tool needs a string 'type' "
+                                             "(e.g. 'function')")
+        if kind == "function":
+            holder = tool.get("function") if nested else tool
+            name = holder.get("name") if isinstance(holder, dict) else None
+            if not isinstance(name, str) or not name:
+                where = "function.name" if nested else "name"
+                return UnsupportedParameterError(f"{param}.{i}", f"{param}.{i}: a function tool needs a "
+                                                 f"string '{where}'")
+    return None
 
 
 class ChatCompletionRequest(SamplingParams):
@@ -208,7 +241,8 @@ class ChatCompletionRequest(SamplingParams):
             return _refused("logprobs", "logprobs=true")
         if self.top_logprobs:
             return _refused("top_logprobs", f"top_logprobs={self.top_logprobs}")
-        refused = tool_use_refused(self.tool_choice) or tool_use_refused(self.function_call, "function_call")
+        refused = (tools_invalid(self.tools, nested=True) or tool_use_refused(self.tool_choice)
+                   or tool_use_refused(self.function_call, "function_call"))
         if refused is not None:
             return refused
         if self.response_format is not None and self.response_format.get("type", "text") != "text":
@@ -221,7 +255,7 @@ class ChatCompletionRequest(SamplingParams):
             if getattr(self, param) is not None:
                 return _refused(param, what)
         if self.store:
-            return _refused("store", "store=true (chat completions are not stored)")
+            return store_refused()
         return None
 
     @property

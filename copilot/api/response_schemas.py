@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from copilot.api.openai_schemas import ChatCompletionRequest, UnsupportedParameterError, tool_use_refused
+from copilot.api.openai_schemas import (ChatCompletionRequest, UnsupportedParameterError, store_refused,
+                                        tool_use_refused, tools_invalid)
 from copilot.api.schemas import (
     Bool,
     DestructiveOut,
@@ -78,7 +79,7 @@ class ResponseRequest(BaseModel):
     previous_response_id: Text | None = Field(None, description="not supported (nothing is stored)")
     reasoning: JSONObject | None = Field(None, description="not supported (not a reasoning model)")
     text: JSONObject | None = Field(None, description="only {\"format\": {\"type\": \"text\"}}")
-    store: Bool | None = Field(None, description="ignored: nothing is stored (the response says store: false)")
+    store: Bool | None = Field(None, description="only false (nothing is stored; the response says store: false)")
     metadata: dict[Text, Text] | None = None
     user: Text | None = None
     # OpsCopilot extensions
@@ -96,7 +97,9 @@ class ResponseRequest(BaseModel):
         fmt = (self.text or {}).get("format") or {}
         if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
             return UnsupportedParameterError("text", "text.format: only 'text' is supported by this server")
-        return tool_use_refused(self.tool_choice)
+        if self.store:
+            return store_refused()
+        return tools_invalid(self.tools, nested=False) or tool_use_refused(self.tool_choice)
 
     def as_chat(self) -> ChatCompletionRequest:
         """The same request in chat-completions form.

@@ -244,11 +244,14 @@ class DocumentBuilder:
         """Append a document with ``key`` (as written), body ``text`` and ``metadata``.
 
         Raises:
-            RecordError: ``key`` is empty or blank, or (:class:`RecordLimitError`) the key, text or
-                metadata exceed their bounds (inside :meth:`record`, only this record fails).
+            RecordError: ``key`` is empty or blank, the record holds a NUL character, or
+                (:class:`RecordLimitError`) the key, text or metadata exceed their bounds
+                (inside :meth:`record`, only this record fails).
             LimitExceededError: the file's records or text exceed their bounds.
         """
         key = require_key(key, "key")
+        if "\x00" in key or "\x00" in text or any(isinstance(v, str) and "\x00" in v for v in metadata.values()):
+            raise RecordError("the record holds NUL bytes (a damaged entry); the file's other records are stored")
         check_size("key", len(key), limits.MAX_KEY_CHARS, "MAX_KEY_CHARS")
         check_size("document text", len(text), limits.MAX_DOCUMENT_CHARS, "MAX_DOCUMENT_CHARS")
         count = self._seen.get(key, 0) + 1

@@ -26,15 +26,25 @@ ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404)}
 MAX_INPUTS = 2048
 
 
+def _invalid_input(message: str, param: str = "input") -> ParameterError:
+    return ParameterError(status.HTTP_400_BAD_REQUEST, message, param, "invalid_value")
+
+
 def _texts(body: EmbeddingRequest) -> list[str]:
-    """The inputs as strings; 400 naming ``input`` for token ids, none, or too many."""
+    """The inputs as strings; 400 naming ``input`` for none, an empty string, token ids or too many
+    (OpenAI refuses empty inputs as well)."""
     texts = [body.input] if isinstance(body.input, str) else body.input
-    if not texts or not all(isinstance(t, str) for t in texts):
-        raise ParameterError(status.HTTP_400_BAD_REQUEST, "input: send a string or a list of strings (token-id "
-                             "input is not supported by this server)", "input", "invalid_value")
+    if not texts:
+        raise _invalid_input("input: send at least one string (the list is empty)")
+    if not all(isinstance(t, str) for t in texts):
+        raise _invalid_input("input: send a string or a list of strings (token-id input is not supported "
+                             "by this server)")
+    for i, text in enumerate(texts):
+        if not text.strip():
+            where = "input" if isinstance(body.input, str) else f"input.{i}"
+            raise _invalid_input(f"{where}: an empty string has no embedding; send some text", where)
     if len(texts) > MAX_INPUTS:
-        raise ParameterError(status.HTTP_400_BAD_REQUEST, f"input: at most {MAX_INPUTS} inputs, got {len(texts)}",
-                             "input", "invalid_value")
+        raise _invalid_input(f"input: at most {MAX_INPUTS} inputs, got {len(texts)}")
     return list(texts)
 
 
@@ -55,7 +65,7 @@ def _token_counts(service: CopilotService, texts: list[str], truncate: bool) -> 
 async def embeddings(body: EmbeddingRequest, service: CopilotService = Depends(get_service)) -> EmbeddingList:
     """Embed the input(s) (OpenAI embeddings format).
 
-    Errors: 400 token-id input, more than 2048 inputs, an input over the model's window,
+    Errors: 400 no input, an empty or blank string, token-id input, more than 2048 inputs, an input over the model's window,
     ``dimensions`` other than the model's; 404 unknown model.
     """
     check_model(body.model, embedding_models(service))
