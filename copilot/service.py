@@ -12,8 +12,10 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from copilot.access import FULL_ACCESS, Access
+from copilot.answer_shape import addition
 from copilot.citations import CitationFilter, cited_numbers
 from copilot.config import Settings
+from copilot.followup import standalone_question
 from copilot.grounding import DocumentText, Grounding, assess, entity_order, not_found_answer, question_entities
 from copilot.prompting import (
     PROMPT_STYLES,
@@ -70,6 +72,8 @@ class AnswerEvent:
     delta: str
     result: GenerationResult | None = None
     invalid_citations: list[int] = field(default_factory=list)
+    added: str = ""
+    model_not_found: bool = False
 
 
 @dataclass
@@ -79,6 +83,11 @@ class Answer:
     Attributes:
         cited: source numbers cited in ``text`` (every one names a source).
         invalid_citations: numbers the model cited that name no source (removed from ``text``).
+        added: what the service appended to the model's words, labelled in ``text`` as its own
+            (:mod:`copilot.answer_shape`: an extract for a bare citation or an echoed header,
+            the closest entries when the model said the sources do not answer); ``""`` for none.
+        not_found: the sources do not answer: decided before generation (:mod:`copilot.grounding`)
+            or said by the model itself.
     """
 
     text: str
@@ -90,6 +99,12 @@ class Answer:
     quotes: list[Quote] = field(default_factory=list)
     unverified: list[Unverified] = field(default_factory=list)
     not_found: bool = False
+    added: str = ""
+
+    @property
+    def model_text(self) -> str:
+        """The answer as the model generated it (citations checked), without the service's addition."""
+        return self.text[: len(self.text) - len(self.added)] if self.added else self.text
 
 
 @dataclass
@@ -107,6 +122,8 @@ class AnswerAssembler:
     text: str = ""
     result: GenerationResult | None = None
     invalid_citations: list[int] = field(default_factory=list)
+    added: str = ""
+    model_not_found: bool = False
 
     def add(self, event: AnswerEvent) -> str:
         """Take one event; returns its text delta."""
@@ -114,6 +131,7 @@ class AnswerAssembler:
         if event.result is not None:
             self.result = event.result
             self.invalid_citations = event.invalid_citations
+            self.added, self.model_not_found = event.added, event.model_not_found
         return event.delta
 
     def answer(self, stopped_reason: str = "cancelled") -> Answer:
@@ -137,8 +155,11 @@ class AnswerAssembler:
         stats["invalid_citations"] = self.invalid_citations
         stats["grounding"] = grounding.to_dict()
         stats["literals"] = {"quoted": len(checked.quotes), "unverified": len(checked.unverified)}
+        if self.added:
+            stats["added"] = "closest_entries" if self.model_not_found else "extract"
         return Answer(self.text, prompt.sources, stats, reason, cited_numbers(self.text), self.invalid_citations,
-                      checked.quotes, checked.unverified, not grounding.answerable)
+                      checked.quotes, checked.unverified, not grounding.answerable or self.model_not_found,
+                      self.added)
 
 
 class AnswerFeed:
@@ -147,17 +168,21 @@ class AnswerFeed:
     sources is removed from the deltas and the result's text. Push-style, so a scheduler that
     steps many answers in one batch can feed each its own events."""
 
-    def __init__(self, n_sources: int | None) -> None:
+    def __init__(self, n_sources: int | None, sources: Sequence[Source] = ()) -> None:
         self.citations = CitationFilter(n_sources) if n_sources is not None else None
+        self.sources = list(sources)
 
     @classmethod
     def for_prepared(cls, prepared: Prepared) -> "AnswerFeed":
         """The feed for a prepared question: citations checked against its sources (``rag``),
         the text as generated otherwise."""
-        return cls(len(prepared.prompt.sources) if prepared.question.retrieves else None)
+        if not prepared.question.retrieves:
+            return cls(None)
+        return cls(len(prepared.prompt.sources), prepared.prompt.sources)
 
     def convert(self, event: StreamEvent) -> AnswerEvent:
-        """The answer event for an engine event (the last one carries the result)."""
+        """The answer event for an engine event (the last one carries the result, and after the
+        model's words the service's labelled addition, :func:`copilot.answer_shape.addition`)."""
         if self.citations is None:
             return AnswerEvent(event.delta, event.result)
         delta = self.citations.push(event.delta)
@@ -165,7 +190,8 @@ class AnswerFeed:
             return AnswerEvent(delta)
         delta += self.citations.finish()
         event.result.text = self.citations.text
-        return AnswerEvent(delta, event.result, self.citations.invalid)
+        added, model_not_found = addition(self.citations.text, self.sources)
+        return AnswerEvent(delta + added, event.result, self.citations.invalid, added, model_not_found)
 
 
 class CopilotService:
@@ -327,7 +353,9 @@ class CopilotService:
         """Check a request and resolve its defaults, once (no retrieval yet).
 
         Args:
-            text: the question; for ``mode="completion"`` the whole prompt.
+            text: the question; for ``mode="completion"`` the whole prompt. A ``rag`` follow-up
+                ("and on dcpool-19?") is resolved against ``history`` into a question that
+                stands alone (:func:`copilot.followup.standalone_question`).
             access: what the caller may read (retrieval and the answer-history partition).
             max_sources: source documents to show (default: the ``max_sources`` setting, else
                 the prompt style's).
@@ -343,6 +371,11 @@ class CopilotService:
         if self.engine is None:
             raise RuntimeError("no target model is loaded")
         text = self._clean(text, mode)
+        if mode == "rag" and history:
+            standalone = standalone_question(text, history)
+            if standalone != text:
+                log.info("follow-up %r searched as %r", text[:200], standalone[:200])
+                text = standalone
         config = self.generation_config(max_new_tokens, history_partition=access.partition, **generation)
         # the RAG prompt has its own budget; a prompt the client wrote may fill the context window
         budget = self.prompt_budget(config) if mode == "rag" else self.context_length - config.max_new_tokens

@@ -1,10 +1,12 @@
 """The ``questions.jsonl`` format, one JSON object per line:
-``{"id", "question", "answer_span", "source" | "sources", "copy"?, "kind"?}``.
+``{"id", "question", "answer_span", "source" | "sources", "copy"?, "kind"?, "first"?}``.
 
 ``sources`` lists several expected documents (a two-document question: the answer's span is in
-the last one); a question with no source at all is one the corpus cannot answer (a right
-answer is "not found"). ``kind`` groups questions in the report (``copy``, ``explain``,
-``distractor``, ``two-document``, ``unanswerable``; default from ``copy`` and the sources).
+the last one); ``first`` makes it a follow-up (``followups.jsonl``): ``first`` is asked before,
+and ``question`` is asked with that turn and its answer as the conversation; a question with no
+source at all is one the corpus cannot answer (a right answer is "not found"). ``kind`` groups
+questions in the report (``copy``, ``explain``, ``distractor``, ``two-document``, ``unanswerable``,
+``follow-up``; default from ``first``, ``copy`` and the sources).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Question:
         source: the expected document id ``path#KEY``, or ``path`` for any document of that file.
         copy: the question asks for a literal (command, error string, path, value) that a
             right answer quotes; false for why / what-happened questions (default true).
+        first: for a follow-up, the conversation's first question ("" otherwise).
     """
 
     id: str
@@ -40,6 +43,7 @@ class Question:
     copy: bool = True
     sources: tuple[str, ...] = ()
     kind: str = ""
+    first: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
@@ -48,8 +52,8 @@ class Question:
         if self.sources and not self.source:
             object.__setattr__(self, "source", self.sources[-1])
         if not self.kind:
-            kind = "unanswerable" if not self.sources else "two-document" if len(self.sources) > 1 else \
-                "copy" if self.copy else "explain"
+            kind = "follow-up" if self.first else "unanswerable" if not self.sources else \
+                "two-document" if len(self.sources) > 1 else "copy" if self.copy else "explain"
             object.__setattr__(self, "kind", kind)
 
     @property
@@ -83,7 +87,7 @@ def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[Question]:
                 sources = [sources]
             out.append(Question(str(row["id"]), row["question"], row.get("answer_span", ""), row.get("source", ""),
                                 bool(row.get("copy", bool(sources))), tuple(str(x) for x in sources),
-                                str(row.get("kind", ""))))
+                                str(row.get("kind", "")), str(row.get("first", ""))))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}:{lineno}: not a question record ({exc})") from exc
     return out

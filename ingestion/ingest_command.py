@@ -11,9 +11,9 @@ from pathlib import Path
 
 from ingestion.embedding import Embedder
 from ingestion.errors import StoreError, StoreLockedError
+from ingestion.files import discover_files
 from ingestion.interrupt import IngestInterrupted, stop_on_signals
 from ingestion.loaders import LoaderConfig
-from ingestion.files import discover_files
 from ingestion.pipeline import common_root, ingest_paths, mark_not_reached
 from ingestion.report import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_STORE, EXIT_USAGE, IngestReport
 from ingestion.store import StoreSettings, open_store

@@ -452,4 +452,5 @@ def _ingest_files(run: _Run, files: list[Path], root: Path) -> None:
 
 __all__ = ["IngestProgress", "IngestReport", "FileReport", "ingest_paths", "discover_files", "common_root",
            "source_name", "own_path", "read_regular_file", "NotRegularFileError", "StoreError", "IngestInterrupted",
-           "stop_on_signals", "mark_not_reached", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE", "EXIT_CODES_HELP"]
+           "stop_on_signals", "mark_not_reached",
+           "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE", "EXIT_CODES_HELP"]

@@ -12,8 +12,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from copilot.api.openai_schemas import (ChatCompletionRequest, UnsupportedParameterError, store_refused,
-                                        tool_use_refused, tools_invalid)
+from copilot.api.openai_schemas import (
+    ChatCompletionRequest,
+    UnsupportedParameterError,
+    store_refused,
+    tool_use_refused,
+    tools_invalid,
+)
 from copilot.api.schemas import (
     Bool,
     DestructiveOut,

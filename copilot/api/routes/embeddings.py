@@ -65,8 +65,8 @@ def _token_counts(service: CopilotService, texts: list[str], truncate: bool) -> 
 async def embeddings(body: EmbeddingRequest, service: CopilotService = Depends(get_service)) -> EmbeddingList:
     """Embed the input(s) (OpenAI embeddings format).
 
-    Errors: 400 no input, an empty or blank string, token-id input, more than 2048 inputs, an input over the model's window,
-    ``dimensions`` other than the model's; 404 unknown model.
+    Errors: 400 no input, an empty or blank string, token-id input, more than 2048 inputs, an
+    input over the model's window, ``dimensions`` other than the model's; 404 unknown model.
     """
     check_model(body.model, embedding_models(service))
     texts = _texts(body)
