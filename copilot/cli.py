@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.console import Console
 
-from copilot.cli_common import console, err, load_settings, open_store_or_exit
+from copilot.cli_common import console, err, load_service_or_exit, load_settings, open_store_or_exit
 from copilot.cli_help import HelpTyper
 from copilot.cli_models import models_app
 from ingestion.errors import StoreError
@@ -159,10 +159,9 @@ def _answering_service(settings: Settings) -> CopilotService:
     attach after this answer, compete with it for the cores, and still be running torch code
     when the interpreter exits, which aborts it ("terminate called without an active
     exception", exit 134). An explicit ``derived:int4`` is built before the answer, as asked."""
-    from copilot.service import CopilotService
     from decoding.derived_draft import AUTO_DRAFT
 
-    return CopilotService.from_settings(settings, auto_draft=settings.draft_model != AUTO_DRAFT)
+    return load_service_or_exit(settings, auto_draft=settings.draft_model != AUTO_DRAFT)
 
 
 def _question_problem(question: str, max_new_tokens: int | None, settings: Settings) -> str | None:
@@ -375,8 +374,14 @@ def serve(host: Optional[str] = typer.Option(None, help="bind address (default: 
     bound = sock.getsockname()[1]
     example = (f"curl -s {settings.host}:{bound}/v1/ask -H 'content-type: application/json' "
                "-d '{\"question\": \"How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?\"}'")
+    service = load_service_or_exit(settings)  # a model that cannot load: one line and exit 2, before uvicorn
+    service.warm_up()
     typer.echo(f"OpsCopilot on http://{settings.host}:{bound} (docs: /docs). Try:\n  {example}")  # pasteable
-    raise typer.Exit(serve_app(create_app(settings), sock, root_path=root_path))
+    try:
+        code = serve_app(create_app(settings, service), sock, root_path=root_path)
+    finally:
+        service.stop_background()  # a draft build still in torch would abort the exit
+    raise typer.Exit(code)
 
 
 @documents_app.command("list")

@@ -45,3 +45,23 @@ def open_store_or_exit(settings: Settings):
     except StoreError as exc:
         err.print(f"store unusable: {exc}", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_STORE) from exc
+
+
+def load_service_or_exit(settings: Settings, *, auto_draft: bool = True):
+    """The service with its models loaded; a target or draft model that cannot load (no such
+    file or id, a damaged GGUF, a draft of another vocabulary, a backend that cannot run it)
+    exits with status 2 and the reason in one line (the traceback is logged at debug level)."""
+    import logging
+
+    from copilot.service import CopilotService
+
+    try:
+        return CopilotService.from_settings(settings, auto_draft=auto_draft)
+    except StoreError as exc:
+        err.print(f"store unusable: {exc}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_STORE) from exc
+    except (OSError, ValueError, RuntimeError) as exc:  # ModelLoadError is a RuntimeError
+        logging.getLogger(__name__).debug("model load failed", exc_info=True)
+        err.print(f"cannot load the model: {type(exc).__name__}: {exc}", highlight=False, markup=False,
+                  soft_wrap=True)
+        raise typer.Exit(2) from exc

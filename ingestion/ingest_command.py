@@ -60,10 +60,11 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
     """
     report = IngestReport()
     code = EXIT_OK
+    opened = True
     try:
         store = open_store(settings, embedder=embedder)
     except StoreError as exc:
-        report.error, code = str(exc), EXIT_STORE
+        report.error, code, opened = str(exc), EXIT_STORE, False
         files, missing = discover_files([Path(p) for p in paths])
         mark_not_reached(report, files + missing, common_root([Path(p) for p in paths]),
                          f"not reached: the store cannot be opened ({exc}); re-run to resume")
@@ -84,7 +85,7 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
             store.close()
     if code == EXIT_OK:
         code = EXIT_OK if report.ok else EXIT_FAILED
-    for entry in report.files:
+    for entry in report.files if opened else []:  # a store that never opened: its one error line says it
         if entry.status == "failed":
             log.error("failed: %s: %s", entry.source, entry.reason)
         for failure in entry.failed_records:

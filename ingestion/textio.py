@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import re
 from dataclasses import dataclass
 
 from charset_normalizer import from_bytes
@@ -37,6 +38,8 @@ _CHAOS_TOLERANCE = 0.02
 #: NUL bytes a text file may hold (per cent of its first 64 KiB) and still be text: a damaged
 #: entry (a crashed writer's padding) then fails alone, in its loader; binaries hold far more.
 MAX_STRAY_NUL_PERCENT = 1
+#: A run of NUL bytes this long is a zeroed block (a crash's leftover), not binary content.
+_ZERO_BLOCK = re.compile(rb"\x00{512,}")
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,8 @@ def decode_bytes(data: bytes, *, name: str = "<bytes>") -> DecodedText:
     Returns:
         The text (line endings untouched) and the codec used.
     Raises:
-        BinaryFileError: NUL bytes (over :data:`MAX_STRAY_NUL_PERCENT` of the first 64 KiB) without a
-            UTF-16/32 BOM, or no encoding fits.
+        BinaryFileError: NUL bytes (over :data:`MAX_STRAY_NUL_PERCENT` of the first 64 KiB, zeroed
+            blocks of 512+ not counted) without a UTF-16/32 BOM, or no encoding fits.
     """
     for bom, codec in _BOMS:
         if data.startswith(bom):
@@ -66,7 +69,7 @@ def decode_bytes(data: bytes, *, name: str = "<bytes>") -> DecodedText:
             except UnicodeDecodeError as exc:
                 raise BinaryFileError(f"{name}: has a {codec} byte-order mark but does not decode: {exc}") from exc
     sample = data[:65536]
-    if sample.count(0) * 100 > len(sample) * MAX_STRAY_NUL_PERCENT:
+    if _ZERO_BLOCK.sub(b"", sample).count(0) * 100 > len(sample) * MAX_STRAY_NUL_PERCENT:
         raise BinaryFileError(f"{name}: binary file (contains NUL bytes)")
     try:
         return DecodedText(data.decode("utf_8"), "utf_8")

@@ -18,6 +18,7 @@ import errno
 import logging
 import os
 import shutil
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -82,8 +83,9 @@ MAX_FOLDER_DEPTH = 32
 
 
 def _has_control(name: str) -> bool:
-    """Whether ``name`` holds a control character (C0, including NUL and newline, or DEL)."""
-    return any(ord(c) < 32 or c == "\x7f" for c in name)
+    """Whether ``name`` holds a control, format or line-break character (Unicode categories Cc,
+    Cf, Zl, Zp: NUL, newline, DEL, NEL, U+2028, a right-to-left override ...)."""
+    return any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name)
 
 
 def safe_upload_name(filename: str | None) -> str:

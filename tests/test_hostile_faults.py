@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -83,7 +84,7 @@ def test_dot_folders_are_the_uploads_root(server, folder):
     assert sources and all("/" not in s for s in sources), sources  # at the root, no "." folder
 
 
-@pytest.mark.parametrize("folder", ["a\nb", "a\rb", "a\tb", "x/\x7f", "a\x00b"])
+@pytest.mark.parametrize("folder", ["a\nb", "a\rb", "a\tb", "x/\x7f", "a\x00b", "a\x85b", "a\u2028b", "\u202eevil"])
 def test_folders_get_the_control_character_check_file_names_get(server, folder):
     r = _upload(server, folder)
     assert r.status_code == 400, r.text
@@ -125,6 +126,7 @@ RESPONSE = {"model": "opscopilot", "input": "How was OPS-107 resolved?"}
     ("/v1/responses", {**RESPONSE, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools.0",
      "string 'name'"),
     ("/v1/responses", {**RESPONSE, "tool_choice": "weird"}, "tool_choice", "not a valid value"),
+    ("/v1/chat/completions", {**CHAT, "tool_choice": {}}, "tool_choice", "not a valid value"),
     ("/v1/responses", {**RESPONSE, "store": True}, "store", "nothing is stored"),
     ("/v1/chat/completions", {**CHAT, "store": True}, "store", "nothing is stored"),
 ])
@@ -165,6 +167,9 @@ def test_a_nul_byte_fails_only_its_elog_entry():
     result = load_bytes(damaged, "logbooks/operations.elog")
     assert len(result.documents) == len(whole.documents) - 1 and len(result.failures) == 1
     assert "NUL" in result.failures[0].reason and result.failures[0].where.startswith("line ")
+    zeroed = data[:second + 40] + b"\x00" * 4096 + data[second + 40:]  # a zeroed block, as a crash leaves
+    result = load_bytes(zeroed, "logbooks/operations.elog")
+    assert len(result.documents) == len(whole.documents) - 1 and len(result.failures) == 1
     with pytest.raises(Exception, match="binary"):  # a real binary still is one
         load_bytes(b"\x00\x01\x02\x03binary\x00" * 20, "blob.log")
 
@@ -270,3 +275,16 @@ def test_an_ingest_started_on_a_full_disk_refuses_and_names_every_file(small_dis
     assert sorted(Path(f.path).name for f in outcome.report.files) == sorted(p.name for p in more.iterdir())
     assert all(f.status == "failed" and "re-run" in f.reason for f in outcome.report.files)
     assert _doc_ids(settings, embedder) == before  # the stored documents are kept, and still readable
+
+
+@pytest.mark.parametrize("model", ["/nonexistent/x.gguf", "embedded:nope"])
+def test_a_target_that_cannot_load_is_one_line_and_exit_2(tmp_path, model):
+    env = {**os.environ, "COPILOT_TARGET_MODEL": model, "COPILOT_DATA_DIR": str(tmp_path / "data")}
+    with socket.socket() as probe:  # a free port: serve binds it before it loads the model
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    for args in (["ask", "How was OPS-107 fixed?"], ["serve", "--port", port]):
+        done = subprocess.run([str(Path(sys.executable).parent / "copilot"), *args], env=env,
+                              capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert done.returncode == 2, (args, done.stderr[-2000:])
+        assert "Traceback" not in done.stderr and "cannot load the model" in done.stderr, done.stderr[-2000:]

@@ -154,8 +154,8 @@ def tool_use_refused(tool_choice: object, param: str = "tool_choice") -> Unsuppo
     call (``"required"``, a named function) cannot be honoured; any other string is no OpenAI value."""
     if tool_choice is None or tool_choice in ("none", "auto"):
         return None
-    if isinstance(tool_choice, str) and tool_choice != "required":
-        return UnsupportedParameterError(param, f"{param}: {tool_choice[:40]!r} is not a valid value; use 'none', "
+    if isinstance(tool_choice, str) and tool_choice != "required" or tool_choice == {}:
+        return UnsupportedParameterError(param, f"{param}: {str(tool_choice)[:40]!r} is not a valid value; use 'none', "
                                          "'auto', 'required' or an object naming a tool")
     return _refused(param, "forcing a tool call (tools are accepted, but this server never calls one)")
 
