@@ -498,8 +498,8 @@ class CopilotService:
             return None
         if not prepared.prompt.sources:
             question = prepared.question
-            fixed = no_context_answer(self.store.count_documents() == 0, question.flt is not None,
-                                      not question.access.reads_all)
+            filtered = question.flt is not None and question.flt != SearchFilter()
+            fixed = no_context_answer(self.store.count_documents() == 0, filtered, not question.access.reads_all)
         elif not prepared.grounding.answerable:
             titles = [" ".join(str(s.metadata.get("title") or s.doc_id).split()) for s in prepared.prompt.sources]
             fixed = not_found_answer(prepared.grounding, titles)

@@ -360,9 +360,9 @@ class ChunkStore:
         removed; the file's other documents stay stored, detached from it. A file elsewhere is
         the operator's: left alone, its fingerprint dropped, so re-ingesting it re-adds the document.
 
-        On a full disk the space reserve is released first (or, after a failure, and the deletion
-        tried again with the dense index re-opened); a purge that
-        then finds no room leaves its pending mark (the deletion stands; the next purge, or
+        On a disk with less room than the space reserve, the reserve is released first; a deletion
+        that still fails on a full disk is tried once more with the dense index re-opened. A purge
+        that then finds no room leaves its pending mark (the deletion stands; the next purge, or
         ``copilot documents compact``, removes the bytes).
 
         Raises:
