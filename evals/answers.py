@@ -83,7 +83,7 @@ def evaluate_question(service: CopilotService, q: Question, max_new_tokens: int,
         "span_in_model_text": bool(span) and span in answer.model_text,
         "span_in_first_evidence_line": bool(span) and bool(sources) and bool(sources[0].highlights)
         and span in sources[0].highlights[0],
-        "model_only_citations": only_citations(answer.model_text) and not answer.stats.get("no_context"),
+        "model_only_citations": only_citations(answer.model_text),
         "model_header_only": echoes_header(answer.model_text, sources),
         "shown_only_citations": only_citations(answer.text),
         "shown_header_only": echoes_header(answer.text, sources),

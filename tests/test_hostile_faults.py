@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -68,8 +69,6 @@ def _wait_job(server, job_id: str) -> dict:
         job = requests.get(f"{server.url}/v1/ingest/{job_id}", headers=KEY, timeout=10).json()
         if job["status"] not in ("queued", "running"):
             return job
-        import time
-
         time.sleep(0.1)
     pytest.fail(f"ingest job {job_id} did not finish in 30 s")
 
