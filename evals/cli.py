@@ -268,15 +268,18 @@ def load(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir:
 @eval_app.command("retrieval")
 def retrieval(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
               json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
-    """recall@1/5/10 and MRR of the expected source for dense, BM25 and hybrid retrieval."""
+    """recall@1/5/10 and MRR of the expected source for dense, BM25 and hybrid retrieval, and
+    where a copy question's span stands among the evidence lines shown (no model call)."""
     from evals.harness import build_setup
     from evals.report import retrieval_markdown
-    from evals.retrieval_eval import run_retrieval
+    from evals.retrieval_eval import run_evidence, run_retrieval
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     setup = build_setup(None if data_dir else corpus, data_dir, load_models=False)
     try:
-        result = run_retrieval(setup.service.retriever, load_questions(questions))
+        qs = load_questions(questions)
+        result = run_retrieval(setup.service.retriever, qs)
+        result["evidence"] = run_evidence(setup.service, qs)
     finally:
         setup.close()
     _emit(retrieval_markdown(result), result, json_out, report, "retrieval")

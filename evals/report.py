@@ -160,6 +160,14 @@ def retrieval_markdown(report: dict) -> str:
              "| retriever | recall@1 | recall@5 | recall@10 | MRR |", "|---|---|---|---|---|"]
     for m, r in report["recall"].items():
         lines.append(f"| {m} | {r['@1']} | {r['@5']} | {r['@10']} | {report['mrr'][m]} |")
+    evidence = report.get("evidence")
+    if evidence:
+        n = evidence["copy"]
+        lines += ["", f"Evidence lines, {n} copy questions (the service's sources; the span is ...):", "",
+                  "| in the first source's first line | in the expected source's first line | in some line shown |",
+                  "|---|---|---|",
+                  f"| {evidence['first_source_first_line']} / {n} | {evidence['expected_first_line']} / {n} | "
+                  f"{evidence['any_line']} / {n} |"]
     return "\n".join(lines) + "\n"
 
 
