@@ -67,12 +67,24 @@ HISTORY = [ChatTurn("user", "Which command restarted dc-pool-07?"), ChatTurn("as
 @pytest.mark.parametrize("followup, standalone", [
     ("and on dc-pool-19?", "Which command restarted dc-pool-19?"),
     ("dc-pool-19?", "Which command restarted dc-pool-19?"),
-    ("what about OPS-108?", "Which command restarted dc-pool-07 (OPS-108)?"),
+    ("what about OPS-108?", "Which command restarted OPS-108?"),  # one name for one, whatever the kinds
     ("who did it?", "Which command restarted dc-pool-07 (who did it)?"),
+    ("how were the held jobs let go?", "how were the held jobs let go? (follow-up to: Which command restarted "
+                                       "dc-pool-07?)"),
 ])
 def test_a_followup_is_searched_as_a_question_that_stands_alone(followup, standalone):
     assert is_followup(followup)
     assert standalone_question(followup, HISTORY) == standalone
+
+
+@pytest.mark.parametrize("first, followup, standalone", [
+    ("What fault did CRAC-B2 show on 8 January?", "and CH-2 on the 20th?", "What fault did CH-2 show on 20 January?"),
+    ("Why did UPS-B go onto bypass on 30 January?", "and what was off with UPS-A on the 10th?",
+     "and what was off with UPS-A on the 10th?"),  # names its own subject: searched as asked
+])
+def test_a_followup_swaps_one_name_for_one_and_a_bare_day_for_the_day(first, followup, standalone):
+    history = [ChatTurn("user", first), ChatTurn("assistant", "...")]
+    assert standalone_question(followup, history) == standalone
 
 
 @pytest.mark.parametrize("question", ["How was the FNAL link fixed?", "What caused the FTS outage on 20 January?"])
