@@ -6,8 +6,10 @@ FTS transfers to FNAL failing``) instead of the line that answers. The generated
 changed (the exactness contract: it is token for token what greedy decoding gives); after it
 the service appends an *addition*, marked as quoted from the source and not the model's words:
 
-- for a bare citation or an echoed header: the best evidence line of the source it cited (else
-  of the first source), verbatim, cited;
+- for a bare citation or an echoed header: the best evidence line, the first line of the first
+  source that has one (evidence is ranked so that line is the one that answers:
+  :mod:`copilot.highlights`), verbatim, cited. A bare ``[3]`` says nothing of which line
+  answers: on site2 it named the entry's "dr up" line for a "take the drive out" question;
 - for an answer in which the model says the sources do not hold the answer: the closest entries,
   cited, and the answer is reported as not found (``Answer.not_found``).
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from copilot.citations import cited_numbers, strip_citations
+from copilot.citations import strip_citations
 from copilot.sources import Source
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
@@ -64,10 +66,8 @@ def abstains(text: str) -> bool:
     return bool(_ABSTAIN.match(strip_citations(text)))
 
 
-def _extract(text: str, sources: Sequence[Source]) -> str:
-    cited = [n for n in cited_numbers(text) if 1 <= n <= len(sources)]
-    source = next((sources[n - 1] for n in cited if sources[n - 1].highlights),
-                  next((s for s in sources if s.highlights), None))
+def _extract(sources: Sequence[Source]) -> str:
+    source = next((s for s in sources if s.highlights), None)
     if source is None:
         return ""
     return f"\n\n{EXTRACT_LABEL}: \"{source.highlights[0]}\" [{source.n}]"
@@ -91,5 +91,5 @@ def addition(text: str, sources: Sequence[Source]) -> tuple[str, bool]:
     if abstains(text):
         return _closest(sources), True
     if not text.strip() or only_citations(text) or echoes_header(text, sources):
-        return _extract(text, sources), False
+        return _extract(sources), False
     return "", False

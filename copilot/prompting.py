@@ -15,7 +15,9 @@ How a source is shown (:class:`PromptStyle`) was tuned by measurement per model 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
@@ -83,6 +85,9 @@ SYSTEM_QUOTE = (
     "sources that answers the question, copied exactly, followed by its source number like [1]. Then add "
     "at most one short sentence."
 )
+#: The quote instructions with an abstention phrase the service recognises (``answer_shape.abstains``).
+SYSTEM_QUOTE_ABSTAIN = SYSTEM_QUOTE + (
+    " If no source answers the question, reply exactly: Not found in the sources.")
 
 SYSTEM_QUOTE_CODE = (
     "You answer an operations team's questions from its logbooks and tickets. Use only the numbered sources. "
@@ -111,21 +116,38 @@ PROMPT_STYLES: dict[str, PromptStyle] = {
     "code-chunks-3": PromptStyle(SYSTEM_QUOTE_CODE, "chunks", 3, answer_hint=ANSWER_HINT),
     "code-evidence-first-3": PromptStyle(SYSTEM_QUOTE_CODE, "evidence-first", 3, answer_hint=ANSWER_HINT),
     "quote-lines-3": PromptStyle(SYSTEM_QUOTE, "numbered-lines", 3),
+    "quote-lines-3-abstain": PromptStyle(SYSTEM_QUOTE_ABSTAIN, "numbered-lines", 3),
+    "evidence-first-3-abstain": PromptStyle(SYSTEM_QUOTE_ABSTAIN, "evidence-first", 3),
     "code-lines-3": PromptStyle(SYSTEM_QUOTE_CODE, "numbered-lines", 3, answer_hint=ANSWER_HINT),
 }
 DEFAULT_STYLE = "highlights-3-short"
 #: The measured best style per model family (``config.model_type``); others get :data:`DEFAULT_STYLE`.
 FAMILY_STYLES: dict[str, str] = {"llama": "highlights-3-short", "qwen2": "quote-lines-3"}
+#: The measured best style per model, by family and the size its name gives (``…-1.5b-…``),
+#: chosen with ``copilot eval answers --prompt-style A,B,…`` on the sample and site2 sets.
+MODEL_STYLES: dict[tuple[str, str], str] = {("qwen2", "1.5b"): "quote-lines-3"}
+_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
 
 
-def style_name(setting: str, model_type: str | None) -> str:
+def model_size(name: str) -> str:
+    """The parameter count a model's id or path names (``"1.5b"`` for ``Qwen2.5-Coder-1.5B-Instruct``),
+    ``""`` when it names none."""
+    sizes = _SIZE.findall(Path(name).name if name else "")
+    return f"{sizes[-1]}b" if sizes else ""
+
+
+def style_name(setting: str, model_type: str | None, model_name: str = "") -> str:
     """The style a ``prompt_style`` setting names: itself, or for ``"default"`` the measured best
-    of the target's family (:data:`FAMILY_STYLES`).
+    for the target (:data:`MODEL_STYLES` by family and size, else :data:`FAMILY_STYLES`).
 
     Raises:
         KeyError: an unknown style name.
     """
-    name = FAMILY_STYLES.get(model_type or "", DEFAULT_STYLE) if setting == "default" else setting
+    if setting == "default":
+        family = model_type or ""
+        name = MODEL_STYLES.get((family, model_size(model_name)), FAMILY_STYLES.get(family, DEFAULT_STYLE))
+    else:
+        name = setting
     if name not in PROMPT_STYLES:
         raise KeyError(f"unknown prompt style {name!r}; known: {', '.join(PROMPT_STYLES)}")
     return name

@@ -209,7 +209,8 @@ class CopilotService:
         self.retriever = HybridRetriever(store)
         self.engine = engine
         target = getattr(engine, "target", None)
-        self.style_name = style_name(settings.prompt_style, getattr(target, "model_type", None))
+        self.style_name = style_name(settings.prompt_style, getattr(target, "model_type", None),
+                                     getattr(target, "name", ""))
         self.style: PromptStyle = PROMPT_STYLES[self.style_name]
         #: Source documents per question when a request names none (resolved once).
         self.max_sources: int = settings.max_sources or self.style.max_sources

@@ -8,7 +8,7 @@ import pytest
 
 from copilot.answer_shape import CLOSEST_LABEL, EXTRACT_LABEL, abstains, addition, echoes_header, only_citations
 from copilot.followup import is_followup, standalone_question
-from copilot.prompting import ChatTurn
+from copilot.prompting import DEFAULT_STYLE, FAMILY_STYLES, MODEL_STYLES, ChatTurn, model_size, style_name
 from copilot.retrieval import Passage
 from copilot.sources import Source
 from ingestion.documents import Chunk
@@ -31,12 +31,11 @@ SOURCES = [
 
 
 @pytest.mark.parametrize("text", ["[1]", "[1][2].", " [2] ", "[1], [2]"])
-def test_a_bare_citation_gets_the_cited_sources_evidence_line_labelled(text):
+def test_a_bare_citation_gets_the_best_evidence_line_labelled(text):
     assert only_citations(text)
     added, not_found = addition(text, SOURCES)
-    cited = 2 if text.strip().startswith("[2]") else 1
-    assert added.startswith(f"\n\n{EXTRACT_LABEL}: \"") and added.endswith(f"\" [{cited}]") and not not_found
-    assert SOURCES[cited - 1].highlights[0] in added
+    assert added.startswith(f"\n\n{EXTRACT_LABEL}: \"") and added.endswith("\" [1]") and not not_found
+    assert SOURCES[0].highlights[0] in added  # the first source's first line, whichever source was cited
 
 
 def test_an_echoed_header_gets_the_extract_and_an_answer_gets_nothing():
@@ -91,3 +90,20 @@ def test_a_followup_swaps_one_name_for_one_and_a_bare_day_for_the_day(first, fol
 def test_a_question_of_its_own_is_left_as_asked(question):
     assert standalone_question(question, HISTORY) == question
     assert standalone_question("and on dc-pool-19?", []) == "and on dc-pool-19?"  # nothing to resolve against
+
+
+@pytest.mark.parametrize(("model_type", "name", "style"), [
+    ("qwen2", "embedded:qwen2.5-coder-1.5b-instruct", MODEL_STYLES[("qwen2", "1.5b")]),
+    ("qwen2", "embedded:qwen2.5-coder-0.5b-instruct", FAMILY_STYLES["qwen2"]),  # no measured style of its own
+    ("llama", "/tmp/tiny-random-llama", FAMILY_STYLES["llama"]),
+    ("mistral", "/models/Mistral-7B-Instruct-v0.3-Q4_K_M.gguf", DEFAULT_STYLE),
+])
+def test_the_default_prompt_style_is_the_measured_best_for_the_model(model_type, name, style):
+    assert style_name("default", model_type, name) == style
+    assert style_name("baseline", model_type, name) == "baseline"  # a named style is taken as named
+
+
+def test_model_size_reads_the_parameter_count_from_the_name():
+    assert model_size("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "1.5b"
+    assert model_size("/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf") == "7b"
+    assert model_size("gpt2") == ""

@@ -24,6 +24,16 @@ def test_question_entities():
     assert question_entities("13.04 on wn-0248").names == ("wn-0248",)
 
 
+def test_a_slashed_day_is_a_day_first_date_not_a_name():
+    e = question_entities("fts delegation for the atlas robot expired on 16/03, how was it re-delegated?")
+    assert not e.names and e.dates == (DateRef(3, 16, None, "16/03"),)
+    assert question_entities("on 16/03/2026").dates == (DateRef(3, 16, 2026, "16/03/2026"),)
+    assert question_entities("what is in /etc/grid/03").names == ("/etc/grid/03",)
+    shift = DocumentText("shift#2026-03-16", "Shift 2026-03-16 afternoon: re-delegated the robot proxy",
+                         ("2026-03-16T14:00:00+01:00",))
+    assert holds(shift, question_entities("expired on 16/03?")) == (["16/03"], [])
+
+
 def test_a_date_matches_created_or_the_text():
     assert DateRef(4, 3).matches("2026-04-03T09:10:00+02:00") and not DateRef(4, 3, 2025).matches("2026-04-03")
     doc = DocumentText("x", "work planned for Saturday 21 March, GOCDB downtime 38412")
