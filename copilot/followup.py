@@ -9,18 +9,18 @@ generation per turn on a CPU, so this rewrite is rule-based and cheap:
 - a turn is a *follow-up* when it is short (at most :data:`MAX_FOLLOWUP_WORDS` words), or starts
   like one ("and", "what about", "same for", ...), or names no subject of its own and is short
   (:data:`MAX_UNNAMED_WORDS`) or points back ("that", "it", "the same");
-- an elliptical follow-up ("and on dc-pool-19?", "CH-2 on the 20th?") becomes the previous
-  question with each entity it names (a host, a ticket, an error code, a day:
-  :func:`copilot.grounding.question_entities`) put in place of the previous question's entity of
-  the same kind (or the one for the one), a bare day ("the 20th") in place of the previous date's
-  day, and its other words added;
-- a longer one that names no subject ("how were the held jobs let go?") is kept, followed by
-  ``(follow-up to: <previous question>)``: the search and the model see both, the asked part first;
-- one that names its own subject (an entity, ``UPS-A``, ``FNAL``) is left as asked.
+- an elliptical follow-up that swaps a subject ("and on dc-pool-19?", "CH-2 on the 20th?")
+  becomes the previous question with each entity it names (a host, a ticket, an error code, a
+  day: :func:`copilot.grounding.question_entities`) put in place of the previous question's
+  entity of the same kind (or, when each names one, the one for the other), a bare day ("the
+  20th") in place of the previous date's day, and its other words added;
+- one that asks something new of the same subject ("exact rebuild command?", "how were the held
+  jobs let go?") is kept, followed by ``(follow-up to: <previous question>)``: the search and the
+  model see both, the asked part first;
+- a longer one that names its own subject (an entity, ``UPS-A``, ``FNAL``) is left as asked.
 
-Measured on the sample and site2 follow-up sets (10 two-turn cases each): the answer document
-is among the shown sources for 10/10 and 10/10 (9/10 and 10/10 with the earlier rewrite, which
-always rewrote the previous question).
+Chosen on the sample and site2 follow-up sets (10 two-turn cases each); measured on every set
+in evals/results/README.md.
 """
 
 from __future__ import annotations
@@ -100,11 +100,11 @@ def standalone_question(question: str, history: Sequence[ChatTurn]) -> str:
     (oldest first): itself when it is no follow-up or there is no earlier user turn.
 
     Returns:
-        For an elliptical follow-up ("and on dc-pool-19?", "CH-2 on the 20th?": at most
-        :data:`MAX_FOLLOWUP_WORDS` words of its own), the previous user question with the
-        follow-up's entities substituted by kind and its remaining words appended; for a longer
-        one that names its own subject, itself; for one that names none ("how were the held
-        jobs released?"), itself followed by the previous question as its context.
+        For an elliptical follow-up that swaps a subject ("and on dc-pool-19?", "CH-2 on the
+        20th?": at most :data:`MAX_FOLLOWUP_WORDS` words of its own), the previous user question
+        with the follow-up's entities substituted and its remaining words appended; for a longer
+        one that names its own subject, itself; otherwise ("exact rebuild command?", "how were
+        the held jobs released?") itself followed by the previous question as its context.
     """
     previous = _previous_question(history)
     if previous is None or not is_followup(question):
@@ -113,11 +113,12 @@ def standalone_question(question: str, history: Sequence[ChatTurn]) -> str:
     rest = _FILLER.sub("", question).strip(" ?.!")
     for literal in used:
         rest = rest.replace(literal, "").strip(" ?.!,")
-    if len(rest.split()) > MAX_FOLLOWUP_WORDS:
-        if _names_subject(question):
+    if not used or len(rest.split()) > MAX_FOLLOWUP_WORDS:
+        if _names_subject(question) and len(rest.split()) > MAX_FOLLOWUP_WORDS:
             return question  # it names its own subject: the previous question would mislead the search
         return f"{question.rstrip(' ?')}? (follow-up to: {previous.strip()})"
     rewritten = rewritten.rstrip(" ?")
     if rest and rest.lower() not in rewritten.lower():
         rewritten = f"{rewritten} ({rest})"
     return rewritten + "?"
+

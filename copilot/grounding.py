@@ -14,6 +14,12 @@ repeat on other hosts and days, so a source about the same error on another host
   at least :data:`MIN_SUPPORT`, calibrated on the tuning sets: ``copilot eval answers``
   reports false "not found"s). When they do not, the service answers "not found" with the
   closest entries and never runs the model, so the exactness contract is untouched.
+
+After generation a third check runs: an answer in which the model itself says the sources do
+not hold the answer is reported as not found, with the closest entries
+(:func:`copilot.answer_shape.abstains`). The first two catch a missing host or day and an
+off-topic question; only the third can catch a question about a real entry that asks a fact
+the entry does not record.
 """
 
 from __future__ import annotations

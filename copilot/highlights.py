@@ -194,11 +194,10 @@ def score_units(question: str, units_by_source: Sequence[Sequence[str]], embedde
     holding a literal (:func:`literal_weight`) gets ``literal`` × its relevance (lexical score /
     :data:`RELEVANT_LEXICAL`, capped at 1), and one holding the kind of answer the question asks
     for (:func:`copilot.answer_kinds.kind_match`) ``kind`` × its relevance; a destructive command
-    gets neither. The ``shortlist``
-    best units by that score are then re-scored as ``(1 − dense_weight) × (lexical + bonus) +
-    dense_weight × cosine(question, unit)``, their bonus also scaled by cosine /
-    :data:`RELEVANT_COSINE` (capped at 1); embedding every unit would cost ~1 s per question
-    on 2 CPU cores, the shortlist ~0.1 s.
+    gets neither. The ``shortlist`` best units by that score are then re-scored as
+    ``(1 − dense_weight) × (lexical + bonus) + dense_weight × cosine(question, unit)``, their
+    bonus also scaled by cosine / :data:`RELEVANT_COSINE` (capped at 1); embedding every unit
+    would cost ~1 s per question on 2 CPU cores, the shortlist ~0.1 s.
 
     Args:
         question: the operator's question.

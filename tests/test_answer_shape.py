@@ -67,7 +67,8 @@ HISTORY = [ChatTurn("user", "Which command restarted dc-pool-07?"), ChatTurn("as
     ("and on dc-pool-19?", "Which command restarted dc-pool-19?"),
     ("dc-pool-19?", "Which command restarted dc-pool-19?"),
     ("what about OPS-108?", "Which command restarted OPS-108?"),  # one name for one, whatever the kinds
-    ("who did it?", "Which command restarted dc-pool-07 (who did it)?"),
+    ("who did it?", "who did it? (follow-up to: Which command restarted dc-pool-07?)"),
+    ("exact rebuild command?", "exact rebuild command? (follow-up to: Which command restarted dc-pool-07?)"),
     ("how were the held jobs let go?", "how were the held jobs let go? (follow-up to: Which command restarted "
                                        "dc-pool-07?)"),
 ])
@@ -107,3 +108,4 @@ def test_model_size_reads_the_parameter_count_from_the_name():
     assert model_size("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "1.5b"
     assert model_size("/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf") == "7b"
     assert model_size("gpt2") == ""
+
