@@ -50,7 +50,7 @@ _HOLDS: dict[str, re.Pattern[str]] = {
         r"interface|ALTER|DELETE|UPDATE|INSERT|SET)\s+\S+", re.IGNORECASE),
     ERROR: re.compile(r"\b(?:ERROR|FATAL|CRITICAL|WARN(?:ING)?|Exception|Traceback|failed|failure|cannot|can't|"
                       r"unable|denied|refused|timed? ?out|not found|no such|too many|exceeded|invalid|"
-                      r"error)\b|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\[\d{3,5}\]|\w+\[\d+\]:|\"[^\"]{12,}\""),
+                      r"error)\b|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\[\d{3,5}\]|\b\w+\[\d+\]:|\"[^\"]{12,}\""),
     VALUE: re.compile(r"\b\d+(?:[.,]\d+)?\s?(?:%|[kMGTP]i?B|dBm|[AVW]|kVA|kW|bar|kg|°C|s|ms|min|h|TB|GB)\b"
                       r"|\b[A-Z]{2,}[-_]?\d{3,}(?:-\d+)*\b|\b\d{1,3}(?:,\d{3})+\b|\b(?:bloc|block|fuse|port|ticket)\s+\S*\d"),
     PLACE: re.compile(r"(?:^|[\s:=(\"'`])(?:/[\w.@+{}*-]+){2,}"),

@@ -117,7 +117,6 @@ PROMPT_STYLES: dict[str, PromptStyle] = {
     "code-evidence-first-3": PromptStyle(SYSTEM_QUOTE_CODE, "evidence-first", 3, answer_hint=ANSWER_HINT),
     "quote-lines-3": PromptStyle(SYSTEM_QUOTE, "numbered-lines", 3),
     "quote-lines-3-abstain": PromptStyle(SYSTEM_QUOTE_ABSTAIN, "numbered-lines", 3),
-    "evidence-first-3-abstain": PromptStyle(SYSTEM_QUOTE_ABSTAIN, "evidence-first", 3),
     "code-lines-3": PromptStyle(SYSTEM_QUOTE_CODE, "numbered-lines", 3, answer_hint=ANSWER_HINT),
 }
 DEFAULT_STYLE = "highlights-3-short"
