@@ -20,6 +20,10 @@ from __future__ import annotations
 import re
 
 ACTION, ERROR, VALUE, PLACE = "action", "error", "value", "place"
+#: Operations tools whose name followed by an argument is a command line (also a literal in
+#: :mod:`copilot.highlights`).
+COMMAND_WORDS = (r"systemctl|sudo|yum|dnf|rpm|kubectl|eos|cta-admin|condor_\w+|scontrol|sacct|xrdcp|gfal-\w+|fts-\w+|"
+                 r"voms-\w+|mysqldump|pg_\w+|rman|ip|ceph|puppet|ansible")
 
 _ASKS: dict[str, re.Pattern[str]] = {
     ACTION: re.compile(
@@ -45,8 +49,7 @@ _HOLDS: dict[str, re.Pattern[str]] = {
         r"installed|reinstalled|re-?issued|regenerated|generated|reset|rebooted|killed|deleted|removed|mounted|"
         r"unmounted|reseated|swapped|steps?)\b"
         r"|\$ |# |> |`[^`]+`"
-        r"|\b(?:systemctl|sudo|yum|dnf|rpm|kubectl|eos|cta-admin|condor_\w+|scontrol|sacct|xrdcp|gfal-\w+|fts-\w+|"
-        r"voms-\w+|mysqldump|pg_\w+|rman|ip|ceph|puppet|ansible|ssh|for|echo|cp|mv|ln|chmod|chown|ping|copy|"
+        rf"|\b(?:{COMMAND_WORDS}|ssh|for|echo|cp|mv|ln|chmod|chown|ping|copy|"
         r"interface|ALTER|DELETE|UPDATE|INSERT|SET)\s+\S+", re.IGNORECASE),
     ERROR: re.compile(r"\b(?:ERROR|FATAL|CRITICAL|WARN(?:ING)?|Exception|Traceback|failed|failure|cannot|can't|"
                       r"unable|denied|refused|timed? ?out|not found|no such|too many|exceeded|invalid|"
@@ -69,5 +72,6 @@ def unit_kinds(unit: str) -> frozenset[str]:
 
 
 def kind_match(asked: frozenset[str], unit: str) -> float:
-    """1.0 when ``unit`` holds a kind of answer that was ``asked`` for, else 0.0."""
-    return 1.0 if asked and asked & unit_kinds(unit) else 0.0
+    """1.0 when ``unit`` holds a kind of answer that was ``asked`` for, else 0.0 (only the asked
+    kinds are looked for: this runs on every unit of every question's sources)."""
+    return 1.0 if any(_HOLDS[kind].search(unit) for kind in asked) else 0.0

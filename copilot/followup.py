@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from copilot.grounding import question_entities
+from copilot.grounding import MONTH_NAMES, question_entities
 from copilot.prompting import ChatTurn
 from copilot.quotes import token_kind
 
@@ -38,8 +38,6 @@ MAX_FOLLOWUP_WORDS = 3
 MAX_UNNAMED_WORDS = 8
 _SUBJECT = re.compile(r"(?=[\w.-]*\d)[A-Za-z][\w.-]*|[A-Z]{2,}[\w-]*|[A-Z]\w*-[A-Z0-9][\w-]*")
 _BARE_DAY = re.compile(r"\b(?:on\s+)?the\s+(\d{1,2})(?:st|nd|rd|th)\b", re.IGNORECASE)
-_MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-                "November", "December")
 _LEADS = re.compile(r"^\W*(?:and|also|then|same|what about|how about|and what about|what of|ok,? and|"
                     r"now|but)\b", re.IGNORECASE)
 _POINTS_BACK = re.compile(r"\b(?:that|it|this|those|these|the same|there|then|them|its)\b", re.IGNORECASE)
@@ -90,7 +88,8 @@ def _substituted(previous: str, question: str) -> tuple[str, list[str]]:
         used += [d.text for d in new.dates if d.text in rewritten]
     elif (bare := _BARE_DAY.search(question)) and old.dates:
         day = old.dates[0]
-        rewritten = rewritten.replace(day.text, f"{int(bare.group(1))} {_MONTH_NAMES[day.month - 1]}")
+        month = MONTH_NAMES[day.month - 1].capitalize()
+        rewritten = rewritten.replace(day.text, f"{int(bare.group(1))} {month}")
         used.append(bare.group(0))
     return rewritten, used
 

@@ -50,9 +50,10 @@ _DOTTED_DATE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})?(?![\d.]*\d)
 #: ``16/03`` or ``16/03/2026``: day first, as European sites write it.
 _SLASH_DATE = re.compile(r"(?<![\w/.])(\d{1,2})/(\d{1,2})(?:/(\d{4}))?(?![\w/]|\.\d)")
 _BRACKET_CODE = re.compile(r"^\[\d{3,5}\][.,;:!?]*$")
-_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-                "november", "december")
-_MONTHS = {m[:3]: i + 1 for i, m in enumerate(_MONTH_NAMES)}
+#: Month names, lower case (English, whatever the locale: the logbooks are read as written).
+MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+               "november", "december")
+_MONTHS = {m[:3]: i + 1 for i, m in enumerate(MONTH_NAMES)}
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def _day_strings(date: DateRef) -> list[str]:
     """How a document's text may write the day, lower-case: ISO (with or without the year),
     compact, ``12.03.``, ``12/03``, ``12 march``, ``march 12``, ``12 mar``."""
     md = f"{date.month:02d}-{date.day:02d}"
-    month = _MONTH_NAMES[date.month - 1]
+    month = MONTH_NAMES[date.month - 1]
     out = [f"{date.year}-{md}", f"{date.year}{date.month:02d}{date.day:02d}"] if date.year else [f"-{md}"]
     out += [f"{date.day:02d}.{date.month:02d}.", f"{date.day}.{date.month}.", f"{date.day:02d}/{date.month:02d}",
             f"{date.day}/{date.month}", f"{date.day} {month}", f"{month} {date.day}", f"{date.day} {month[:3]} ",

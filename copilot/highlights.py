@@ -34,7 +34,7 @@ import numpy as np
 from nltk.stem.snowball import SnowballStemmer
 from rank_bm25 import BM25Okapi
 
-from copilot.answer_kinds import kind_match, question_kinds
+from copilot.answer_kinds import COMMAND_WORDS, kind_match, question_kinds
 from copilot.destructive import is_destructive
 
 #: Weights of :func:`score_units`, chosen on the sample and site2 sets (module docstring): the span
@@ -163,8 +163,7 @@ _LITERAL = re.compile(
     r"|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"              # an ERROR_CODE
     r"|\b\w[\w-]*\.\w[\w-]*\.\w+"                 # a host name or dotted id
     r"|\b\d+(?:[.,]\d+)?\s?(?:%|[kMGT]i?B|dBm|[AVW]|kg|°C|s|ms|h)\b"  # a measured value
-    r"|\b(?:systemctl|sudo|yum|dnf|rpm|kubectl|eos|cta-admin|condor_\w+|scontrol|sacct|xrdcp|gfal-\w+|"
-    r"fts-\w+|voms-\w+|mysqldump|pg_\w+|rman|dmesg|ip|ceph|puppet|ansible)\s+\S+",
+    rf"|\b(?:{COMMAND_WORDS}|dmesg)\s+\S+",
 )
 
 
