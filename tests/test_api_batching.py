@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import openai
 import pytest
 from pydantic import ValidationError
 from test_api_operations import QUESTION, PacedEngine, _settings, _wait
@@ -169,3 +170,20 @@ def test_a_hundred_requests_at_once_get_answers_or_503s_never_5xx(paced_app):
                                  range(100)))
     assert set(statuses) <= {200, 503} and statuses.count(200) >= 8
     assert threading.active_count() < 200
+
+
+def test_the_openai_sdk_gets_in_on_its_own_retry_after_a_503(paced_app):
+    """An unmodified openai client refused with 503 waits the Retry-After and resends the same
+    request, which takes the place reserved for it while the queue stays full."""
+    server, app, engine = paced_app(max_batch=1, step_s=0.05, queue_size=1, retry_after_s=1)
+    body = {"question": QUESTION, "max_new_tokens": 30}
+    with ThreadPoolExecutor(2) as pool:
+        busy = [pool.submit(httpx.post, server.url + "/v1/ask", json=body, timeout=60) for _ in range(2)]
+        _wait(lambda: app.state.scheduler.depth == 1)  # one decodes, one waits: the queue is full
+        with openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=2, timeout=60) as client:
+            raw = client.chat.completions.with_raw_response.create(
+                model="opscopilot", max_tokens=4,
+                messages=[{"role": "user", "content": QUESTION}])
+        assert [f.result().status_code for f in busy] == [200, 200]
+    assert raw.retries_taken == 1 and raw.parse().choices[0].message.content
+    assert app.state.scheduler.reservations.used == 1

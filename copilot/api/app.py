@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         app.state.scheduler = BatchScheduler(lambda: make_batch(app.state.service.engine), settings.max_batch,
                                              settings.queue_size, settings.retry_after_s)
         app_metrics.bind_queue(lambda: app.state.scheduler.depth, lambda: app.state.scheduler.batch_size,
-                               lambda: app.state.scheduler.capacity)
+                               lambda: app.state.scheduler.capacity, lambda: len(app.state.scheduler.reservations))
         app.state.ingest_jobs = await asyncio.to_thread(
             IngestJobManager, app.state.service.store, settings.uploads_dir,
             replica_id=settings.replica_id or default_replica_id(bound_port(app) or settings.port),

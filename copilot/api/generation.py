@@ -14,6 +14,7 @@ text, cancelling the job when the client disconnects or the consumer stops.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -298,6 +299,14 @@ class QuestionJob(Job):
             self.metrics.observe_generation(result.finish_reason, result.stats.to_dict())
 
 
+def reservation_key(request: Request, endpoint: str, question: Question) -> str:
+    """Who asked what, for a reservation (:mod:`copilot.api.reservations`): the caller (its
+    ``Authorization`` header, else its address) and the checked question at ``endpoint`` —
+    the same request resent has the same key. A SHA-256 hex digest (the key is never kept)."""
+    caller = request.headers.get("authorization") or (request.client.host if request.client else "")
+    return hashlib.sha256(f"{caller}\0{endpoint}\0{question!r}".encode()).hexdigest()
+
+
 def start(request: Request, service: CopilotService, scheduler: BatchScheduler, metrics: Metrics,
           question: Question, *, endpoint: str, started: float | None = None,
           params: Mapping[str, str] | None = None) -> GenerationRun:
@@ -310,12 +319,13 @@ def start(request: Request, service: CopilotService, scheduler: BatchScheduler, 
         started: ``time.perf_counter()`` when the request arrived (for TTFT; default now).
         params: the client's parameter names, for errors found later (see :func:`question`).
     Raises:
-        HTTPException: 503 when the queue is full (with ``Retry-After``).
+        HTTPException: 503 when the queue is full (with ``Retry-After``; the same request resent
+            takes the place reserved for it).
     """
     submitted = time.perf_counter()
     job = QuestionJob(service, metrics, question, asyncio.get_running_loop())
     try:
-        scheduler.submit(job)
+        scheduler.submit(job, reservation_key(request, endpoint, question))
     except QueueFullError as exc:
         metrics.queue_rejections.inc()
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc),

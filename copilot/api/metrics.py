@@ -38,7 +38,7 @@ class Metrics:
     ``speculation_tau{drafter}`` and ``speculation_alpha{drafter}`` (one observation per
     request; drafter ``all`` is the request's overall τ), ``draft_tokens_proposed_total{drafter}``
     and ``draft_tokens_accepted_total{drafter}`` (their ratio is the aggregate α),
-    ``queue_depth``, ``queue_capacity``, ``queue_wait_seconds``, ``queue_rejections_total``,
+    ``queue_depth``, ``queue_capacity``, ``queue_reservations``, ``queue_wait_seconds``, ``queue_rejections_total``,
     ``ingest_jobs_total{status}``; plus prometheus_client's standard process (``process_*``:
     CPU seconds, resident memory, open file descriptors, start time), platform
     (``python_info``) and garbage-collector (``python_gc_*``) collectors.
@@ -77,12 +77,15 @@ class Metrics:
                                     buckets=LATENCY_BUCKETS, registry=r)
         self.queue_rejections = Counter("copilot_queue_rejections", "Requests refused with 503 (queue full)",
                                         registry=r)
+        self.queue_reservations = Gauge("copilot_queue_reservations", "Queue places held for refused requests "
+                                        "until they come back after their Retry-After", registry=r)
         self.ingest_jobs = Counter("copilot_ingest_jobs", "Finished ingest jobs by status", ["status"], registry=r)
 
     def bind_queue(self, depth: Callable[[], int], batch_size: Callable[[], int],
-                   capacity: Callable[[], int]) -> None:
-        """Report ``depth()`` as the queue depth, ``capacity()`` as its capacity and ``batch_size()``
-        as the batch size at every scrape."""
+                   capacity: Callable[[], int], reservations: Callable[[], int] = lambda: 0) -> None:
+        """Report ``depth()`` as the queue depth, ``capacity()`` as its capacity, ``batch_size()``
+        as the batch size and ``reservations()`` as the places held at every scrape."""
+        self.queue_reservations.set_function(reservations)
         self.queue_depth.set_function(depth)
         self.queue_capacity.set_function(capacity)
         self.batch_size.set_function(batch_size)

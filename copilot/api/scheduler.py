@@ -1,7 +1,9 @@
 """The batch scheduler: one thread owns the model and decodes every admitted question at once.
 
 Questions queue first come, first served (a bounded queue: a full one refuses at once, and
-the API answers 503 with a ``Retry-After`` from the measured drain rate). Between decoding
+the API answers 503 with a ``Retry-After`` from the measured drain rate). A refusal reserves a
+place for the refused request (:mod:`copilot.api.reservations`): sent again, it is queued ahead
+of the requests that have not waited. Between decoding
 rounds the scheduler admits waiting questions while fewer than ``max_batch`` decode — each
 retrieves and builds its prompt on this thread, then joins the engine's
 :class:`~decoding.batch.Batch` — and then runs one round for all of them. Every round
@@ -16,6 +18,7 @@ its event loop.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import queue
@@ -23,6 +26,8 @@ import threading
 import time
 from collections import deque
 from typing import Any, Callable, Protocol, Sequence
+
+from copilot.api.reservations import Reservations
 
 log = logging.getLogger(__name__)
 
@@ -164,18 +169,23 @@ class BatchScheduler:
         max_queue: questions that may wait beyond the free batch slots (so ``max_batch`` questions
             arriving together are all taken while the first of them prefills).
         retry_after_s: the smallest Retry-After hint (seconds).
+        max_reservations: most places held for refused requests at once (default
+            ``max_batch + max_queue``).
 
     Raises:
         ValueError: ``max_batch`` or ``max_queue`` below 1.
     """
 
     def __init__(self, new_batch: Callable[[], BatchLike], max_batch: int = 8, max_queue: int = 8,
-                 retry_after_s: int = 5) -> None:
+                 retry_after_s: int = 5, max_reservations: int | None = None) -> None:
         if max_batch < 1 or max_queue < 1:
             raise ValueError(f"max_batch and max_queue must be >= 1, got {max_batch}, {max_queue}")
         self.new_batch, self.max_batch, self.max_queue = new_batch, max_batch, max_queue
         self.retry_after_s = retry_after_s
-        self._queue: "queue.Queue[Job | None]" = queue.Queue()
+        # (0 for a job that had a reservation, else 1; arrival number; the job): reserved first, then FIFO.
+        self._queue: "queue.PriorityQueue[tuple[int, int, Job | None]]" = queue.PriorityQueue()
+        self._arrivals = itertools.count()
+        self.reservations = Reservations(max_reservations if max_reservations is not None else max_batch + max_queue)
         self._submit = threading.Lock()
         self._finished: deque[float] = deque(maxlen=32)  # perf_counter() of recent completions
         self._running = 0
@@ -206,23 +216,31 @@ class BatchScheduler:
         return (len(times) - 1) / (times[-1] - times[0])
 
     def retry_after(self) -> int:
-        """Seconds a refused client should wait: the waiting jobs ÷ the measured drain rate,
-        at least ``retry_after_s``, at most an hour."""
+        """Seconds a refused client should wait: the jobs ahead of it (waiting, and the places
+        reserved for earlier refused requests) ÷ the measured drain rate, at least
+        ``retry_after_s``, at most an hour."""
         rate = self.drain_rate()
         if rate is None:
             return self.retry_after_s
-        return max(self.retry_after_s, min(3600, math.ceil(max(self.depth, 1) / rate)))
+        ahead = self.depth + len(self.reservations) + 1
+        return max(self.retry_after_s, min(3600, math.ceil(ahead / rate)))
 
-    def submit(self, job: Job) -> Job:
-        """Queue ``job``.
+    def submit(self, job: Job, key: str | None = None) -> Job:
+        """Queue ``job``. A ``key`` (who asked, and what) that holds a reservation takes its
+        place, ahead of the jobs without one; a refused ``key`` gets a reservation.
 
         Raises:
-            QueueFullError: ``max_queue`` jobs are already waiting.
+            QueueFullError: the queue is full for ``job`` (the places reserved for others count
+                as taken), with the Retry-After hint in seconds.
         """
         with self._submit:
-            if self.depth >= self.capacity:
-                raise QueueFullError(self.depth, self.retry_after())
-            self._queue.put_nowait(job)
+            reserved = key is not None and self.reservations.take(key)
+            if not reserved and self.depth + len(self.reservations) >= self.capacity:
+                hint = self.retry_after()
+                if key is not None:
+                    self.reservations.reserve(key, hint)
+                raise QueueFullError(self.depth, hint)
+            self._queue.put_nowait((0 if reserved else 1, next(self._arrivals), job))
         return job
 
     # -- the scheduler thread ----------------------------------------------------------------
@@ -257,7 +275,7 @@ class BatchScheduler:
         False when told to stop."""
         while len(jobs) < self.max_batch:
             try:
-                job = self._queue.get(timeout=0.5) if block else self._queue.get_nowait()
+                _, _, job = self._queue.get(timeout=0.5) if block else self._queue.get_nowait()
             except queue.Empty:
                 return True
             if job is None:
@@ -305,11 +323,11 @@ class BatchScheduler:
         self._closing = True
         while True:
             try:
-                job = self._queue.get_nowait()
+                _, _, job = self._queue.get_nowait()
             except queue.Empty:
                 break
             if job is not None:
                 job.cancel()
                 job.emit(DONE)
-        self._queue.put_nowait(None)
+        self._queue.put_nowait((-1, next(self._arrivals), None))
         self._thread.join(timeout=timeout)
