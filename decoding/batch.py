@@ -1,8 +1,11 @@
 """Continuous batching: requests that join and leave between rounds share each target pass.
 
 A :class:`Batch` holds the engine's running requests (:class:`~decoding.request.RequestState`).
-:meth:`Batch.add` admits one (its prefill runs alone, then it joins); :meth:`Batch.step`
-runs one round for all: each request plans (alone: its own policy, exactly as today; in a
+:meth:`Batch.add` admits one: into an idle batch its prefill runs at once; while others
+decode it is prefilled one chunk per round (chunked prefill on the target's fixed
+boundaries, :attr:`~decoding.target.Target.prefill_chunk`), so the admitted streams keep
+getting tokens while a newcomer prefills. :meth:`Batch.step` runs one round for all: each
+request plans (alone: its own policy, exactly as today; in a
 batch: γ per request from the batch's cost, :mod:`decoding.batch_policy`) and drafts, one
 target pass verifies every request's draft (:meth:`Target.forward <decoding.target.Target.forward>`: each
 request attends to its own KV cache), and each commits through its own stop checker. A
@@ -55,14 +58,16 @@ class Batch:
     def add(self, prompt_ids: Sequence[int], config: GenerationConfig = DEFAULT_CONFIG,
             contexts: Sequence[Sequence[int]] = (), cancel: Callable[[], bool] | None = None,
             settings: LogitsSettings | None = None) -> tuple[RequestState, list[StreamEvent]]:
-        """Admit a request: check it, prefill it (a pass of its own), take its first token.
+        """Admit a request: check it; into an idle batch prefill it (passes of its own) and take
+        its first token; while others decode, leave its prefill to :meth:`step`, a chunk a round.
 
         ``settings`` are ``config``'s effective logits settings when the caller resolved them
         already (:meth:`~decoding.engine.SpeculativeEngine.resolve`); else they are resolved here.
 
         Returns:
-            Its state and its first events: the first token's, plus the final one when the
-            request ended already (a budget of one, EOS first).
+            Its state and its first events: none while its prefill waits for the rounds, else
+            the first token's, plus the final one when the request ended already (a budget of
+            one, EOS first).
         Raises:
             PromptError, ValueError, GenerationSettingError: as
                 :meth:`~decoding.engine.SpeculativeEngine.check_request`; nothing is admitted.
@@ -71,7 +76,11 @@ class Batch:
         state = RequestState(self.engine, prompt, config, lists, cancel, settings)
         with self.engine._lock, torch.inference_mode():
             self._use_engine_threads()
-            events = [state.start()]
+            if any(not s.prefilling for s in self.active):
+                state.begin()
+                events = [] if state.prefilling else [state.prefill_chunk() or StreamEvent("")]
+            else:
+                events = [state.start()]
             if state.done:
                 events.append(state.finish())
             else:
@@ -79,11 +88,13 @@ class Batch:
         return state, events
 
     def step(self) -> list[tuple[RequestState, StreamEvent]]:
-        """One round for every running request; finished and cancelled requests leave.
+        """One round: the next prefill chunk of the oldest request still prefilling (its first
+        token when that was its last chunk), then a decode round for every running request;
+        finished and cancelled requests leave.
 
         Returns:
-            ``(request, event)`` pairs in request order: each running request's committed
-            block, then the final event of each request that ended this round.
+            ``(request, event)`` pairs: a first token's, then each running request's committed
+            block in request order, then the final event of each request that ended this round.
         """
         if not self.active:
             return []
@@ -92,7 +103,12 @@ class Batch:
             self._use_engine_threads()
             for state in self.active:
                 state.check_cancel()
-            running = [s for s in self.active if not s.done]
+            running = [s for s in self.active if not s.done and not s.prefilling]
+            newcomer = next((s for s in self.active if s.prefilling), None)
+            if newcomer is not None:
+                first = newcomer.prefill_chunk()
+                if first is not None:
+                    events.append((newcomer, first))
             if running:
                 self._propose(running, self._plan(running))
                 for state, logits in zip(running, self._verify(running), strict=True):

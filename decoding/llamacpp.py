@@ -8,9 +8,11 @@ the Qwen2.5-Coder 0.5B, 1.12 GB for the 1.5B) and every matrix product is the fi
 - one ``llama_context`` with ``n_seq_max`` sequences, each with a KV stream of its own
   (``kv_unified = false``); a request's KV cache is one sequence id (:class:`LlamaSequence`),
   so its cells sit at the same indices whether it decodes alone or in a batch;
-- :meth:`~LlamaCppModel.prefill` decodes the prompt in chunks of ``n_batch`` tokens — the
-  boundaries depend on the prompt alone, so an answer is the same alone and in a batch — and
-  asks for the last position's logits only;
+- :meth:`~LlamaCppModel.prefill` decodes the prompt in chunks of :data:`PREFILL_CHUNK` tokens
+  ending at its multiples — the boundaries depend on the prompt alone, so an answer is the same
+  whether the prompt is prefilled in one call or chunk by chunk between a batch's decode rounds
+  (chunked prefill, Agrawal et al., OSDI 2024 "Sarathi-Serve") — and asks for the last
+  position's logits only;
 - :meth:`~LlamaCppModel.forward` puts every request's new tokens into one ``llama_batch``,
   each with its own sequence id and positions, and asks for logits at exactly those positions
   (the verification rows); the sequences' cells are masked from each other;
@@ -49,6 +51,13 @@ log = logging.getLogger(__name__)
 #: Tokens one ``llama_decode`` call takes at most (and its micro-batch): llama-cpp-python's own
 #: ``Llama`` default, so its ``generate()`` prefills on the same boundaries.
 N_BATCH = 512
+
+#: Tokens per prefill ``llama_decode`` (the fixed chunk boundary, :attr:`Target.prefill_chunk
+#: <decoding.target.Target.prefill_chunk>`). Small, so that a newcomer's prefill, run a chunk per
+#: decode round in a batch, delays the admitted streams by about one chunk (1.0 s for the 1.5B on
+#: 2 cores) rather than by its whole prompt; prefill throughput there: 61 tokens/s at 64 against
+#: 74 at 512 (evals/results/README.md, "Chunked prefill").
+PREFILL_CHUNK = 64
 
 #: Most tokens one verification ``llama_decode`` carries. From 8 rows on, ggml's CPU backend
 #: computes K-quant matrix products with its tiled kernel (``ggml-cpu/tiled``, "profitable at
@@ -133,6 +142,7 @@ class LlamaCppModel:
         repack: the weights in ggml's repacked layout (``use_extra_bufts``; off: its kernel for
             4+ rows sums differently from its one-row kernel, so verification would not be
             bitwise the one-token steps).
+        prefill_chunk: tokens per prefill step (1..:data:`N_BATCH`), the fixed boundary.
 
     KV memory: ``window × n_seq_max`` cells of f16 keys and values, allocated up front (28 KB a
     cell for the Qwen2.5-Coder 1.5B: 0.86 GB at the defaults the service uses, 3,072 × 10).
@@ -140,6 +150,7 @@ class LlamaCppModel:
     Raises:
         LlamaCppUnavailable: llama-cpp-python is not installed.
         ModelLoadError: the file is missing or llama.cpp cannot load it.
+        ValueError: ``prefill_chunk`` out of range.
     """
 
     backend = "llama.cpp"
@@ -147,7 +158,10 @@ class LlamaCppModel:
 
     def __init__(self, gguf: Path, tokenizer: PreTrainedTokenizerBase, name: str, *, n_threads: int = 2,
                  window: int = DEFAULT_WINDOW, n_seq_max: int = 9, flash_attn: bool = False,
-                 repack: bool = False) -> None:
+                 repack: bool = False, prefill_chunk: int = PREFILL_CHUNK) -> None:
+        if not 1 <= prefill_chunk <= N_BATCH:
+            raise ValueError(f"prefill_chunk must be 1..{N_BATCH} tokens, got {prefill_chunk}")
+        self.prefill_chunk = prefill_chunk
         lib = self._lib = llama_lib()
         if not Path(gguf).is_file():
             raise ModelLoadError(f"cannot load model {name!r}: no GGUF file at {gguf}")
@@ -232,20 +246,22 @@ class LlamaCppModel:
         return seq
 
     def prefill(self, prompt_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
-        """Decode the prompt into ``cache`` (empty) in chunks of :data:`N_BATCH` tokens; float32
-        logits ``(vocab,)`` of its last position.
+        """Decode ``prompt_ids`` into ``cache`` after the positions it holds, in chunks that end
+        at multiples of :attr:`prefill_chunk`; float32 logits ``(vocab,)`` of the last position.
 
         Raises:
-            ValueError: an empty prompt, or a prompt past the window.
+            ValueError: no tokens, or past the window.
         """
         ids, seq = [int(t) for t in prompt_ids], _sequence(cache)
         if not ids or seq.length + len(ids) > self._window:
             raise ValueError(f"a prefill takes 1..{self._window - seq.length} tokens here, got {len(ids)}")
         with self._lock:
-            for start in range(0, len(ids), N_BATCH):
-                chunk = ids[start:start + N_BATCH]
-                last = start + len(chunk) == len(ids)
-                self._decode([(chunk, seq, len(chunk) - 1 if last else len(chunk))])
+            start = 0
+            while start < len(ids):
+                end = min(len(ids), start + self.prefill_chunk - (seq.length % self.prefill_chunk))
+                chunk = ids[start:end]
+                self._decode([(chunk, seq, len(chunk) - 1 if end == len(ids) else len(chunk))])
+                start = end
             return self._logits(len(chunk) - 1)
 
     def forward(self, rows: Sequence[tuple[Sequence[int], KVCache]]) -> list[torch.Tensor]:
@@ -368,7 +384,7 @@ def gguf_tokenizer(gguf: Path, cache_dir: Path) -> PreTrainedTokenizerBase:
 
 
 def load_llamacpp(name: str, gguf: Path, cache_dir: Path, *, n_threads: int, window: int = DEFAULT_WINDOW,
-                  n_seq_max: int = 9) -> LlamaCppModel:
+                  n_seq_max: int = 9, prefill_chunk: int = PREFILL_CHUNK) -> LlamaCppModel:
     """A :class:`LlamaCppModel` over ``gguf`` with its tokenizer (cached under ``cache_dir``).
 
     Raises:
@@ -378,7 +394,8 @@ def load_llamacpp(name: str, gguf: Path, cache_dir: Path, *, n_threads: int, win
     if not gguf.is_file():
         raise ModelLoadError(f"cannot load model {name!r}: no GGUF file at {gguf}")
     tokenizer = gguf_tokenizer(gguf, cache_dir)
-    model = LlamaCppModel(gguf, tokenizer, name, n_threads=n_threads, window=window, n_seq_max=n_seq_max)
+    model = LlamaCppModel(gguf, tokenizer, name, n_threads=n_threads, window=window, n_seq_max=n_seq_max,
+                          prefill_chunk=prefill_chunk)
     log.info("loaded %s on llama.cpp (%s, %.2f GB memory-mapped)", name, gguf.name, gguf.stat().st_size / 1e9)
     return model
 
@@ -406,4 +423,4 @@ def embedded_gguf(model: "EmbeddedModel", cache_dir: Path) -> Path:
 
 
 __all__ = ["LlamaCppModel", "LlamaCppUnavailable", "LlamaSequence", "available", "embedded_gguf", "gguf_tokenizer",
-           "load_llamacpp", "llama_lib", "N_BATCH"]
+           "load_llamacpp", "llama_lib", "N_BATCH", "PREFILL_CHUNK"]

@@ -102,6 +102,12 @@ class LoadedModel:
         """The model's context window in tokens (prompt + output)."""
         return int(getattr(self.model.config, "max_position_embeddings", 2048))
 
+    @property
+    def prefill_chunk(self) -> int:
+        """The whole window: a prompt is one forward, as in transformers ``generate()`` (the
+        exactness reference on this backend), so a batch never splits a torch prefill."""
+        return self.max_positions
+
     def eos_token_ids(self) -> tuple[int, ...]:
         """EOS ids from the generation config (int or list), else the tokenizer's; may be empty."""
         eos = getattr(self.model.generation_config, "eos_token_id", None)

@@ -1,7 +1,9 @@
 """One request's decoding state between rounds: what the engine and a batch step.
 
 A request lives through :meth:`RequestState.start` (prefill the target, take its first
-token, start its own drafters), then rounds of :meth:`~RequestState.propose` (the planned
+token, start its own drafters; in a batch, :meth:`~RequestState.begin`, then
+:meth:`~RequestState.prefill_chunk` once per round until it returns its first event), then
+rounds of :meth:`~RequestState.propose` (the planned
 drafters propose) → a target pass over :attr:`~RequestState.pass_tokens` (alone or packed
 with other requests' rows) → :meth:`~RequestState.commit` (verify, crop its KV cache, commit
 through its stop checker), and ends with :meth:`~RequestState.finish`. Everything a request
@@ -137,7 +139,8 @@ class RequestState:
         self.stats.generation_settings = self.settings.to_dict()
         # A seeded sample must not depend on earlier requests: no answer history, priors only.
         self.seeded = not config.greedy and config.seed is not None
-        self._cache: KVCache | None = None  # from start() until finish()
+        self._cache: KVCache | None = None  # from begin() until finish()
+        self._prefilled = 0  # prompt tokens in the target cache
         self._sampling: TokenSelector | None = None
         self.drafters: list[Drafter] = []
         self._policy: DrafterPolicy | None = None
@@ -178,20 +181,49 @@ class RequestState:
         """Positions in its target KV cache (what a pass attends over)."""
         return len(self.prompt) + max(len(self.stop.output) - 1, 0)
 
+    @property
+    def prefilling(self) -> bool:
+        """Begun, and part of the prompt is still to be prefilled (no first token yet)."""
+        return self._cache is not None and not self.done and self._prefilled < len(self.prompt)
+
     def start(self) -> StreamEvent:
-        """Prefill the target, choose the first token, start the request's drafters."""
+        """Prefill the target (every chunk in turn), choose the first token, start the request's drafters."""
+        self.begin()
+        event = None
+        while event is None:
+            event = self.prefill_chunk()
+        return event
+
+    def begin(self) -> None:
+        """Start the clock and take a KV cache (nothing prefilled yet); a request without
+        budget ends here (``"length"``)."""
         self.clock.start()
         if self.budget <= 0:
             self.stop.finish_reason = "length"
-            return StreamEvent("")
-        target, stats = self.engine.target, self.stats
-        sampling = self._sampling = TokenSelector(
+            return
+        target = self.engine.target
+        self._sampling = TokenSelector(
             self.settings.processors(len(self.prompt), self._eos, target.device), self.config.temperature,
             self.config.top_k, self.config.top_p, self.config.seed, len(self.prompt), target.device)
         self._cache = target.new_cache(len(self.prompt) + min(self.budget, KV_OUTPUT_PREALLOC))
-        logits = target.prefill(self.prompt, self._cache)
+
+    def prefill_chunk(self) -> StreamEvent | None:
+        """Prefill the prompt's next chunk, up to the next multiple of the target's
+        :attr:`~decoding.target.Target.prefill_chunk` (the same boundaries however the
+        prefill is spread over rounds); after the last one choose the first token and start
+        the drafters. Returns the first token's event then, ``None`` before (and an empty
+        event for a request that ended in :meth:`begin`)."""
+        if self._cache is None:
+            return StreamEvent("")
+        target, stats = self.engine.target, self.stats
+        chunk = target.prefill_chunk
+        end = min(len(self.prompt), (self._prefilled // chunk + 1) * chunk)
+        logits = target.prefill(self.prompt[self._prefilled:end], self._cache)
+        self._prefilled = end
+        if end < len(self.prompt):
+            return None
         self.clock.prefilled()
-        committed = self.stop.accept([sampling.choose(self.prompt, logits)])
+        committed = self.stop.accept([self.sampling.choose(self.prompt, logits)])
         stats.record_first()
         self.clock.first_token()
         event = StreamEvent(self._delta(), committed)
@@ -319,7 +351,7 @@ class RequestState:
         """The last event, carrying the :class:`GenerationResult`; books the answer into the
         engine's answer history."""
         stats, stop = self.stats, self.stop
-        if self._cache is not None:
+        if self._cache is not None and stop.output:  # cancelled while it prefilled: nothing decoded
             if stop.finish_reason == "repetition":  # τ counts what the user gets, not the cut repeats
                 stats.loop_cut_tokens = stop.generated - len(stop.output)
                 stats.decode_tokens = max(len(stop.output) - 1, 0)

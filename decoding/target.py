@@ -90,8 +90,18 @@ class Target(Protocol):
         """
         ...
 
+    @property
+    def prefill_chunk(self) -> int:
+        """Tokens per prefill step (the fixed chunk boundary): a prefill runs in chunks ending at
+        multiples of it, counted from position 0, whether one call runs the whole prompt or a
+        batch runs it chunk by chunk between decode rounds, so the KV cache (and the answer) is
+        the same either way."""
+        ...
+
     def prefill(self, prompt_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
-        """Run the prompt into ``cache`` (empty); the last position's logits ``(vocab,)``."""
+        """Run ``prompt_ids`` into ``cache`` after the positions it holds (empty, or the chunks
+        of the same prompt before them), on :attr:`prefill_chunk` boundaries; the last
+        position's logits ``(vocab,)``."""
         ...
 
     def forward(self, rows: Sequence[tuple[Sequence[int], KVCache]]) -> list[torch.Tensor]:

@@ -54,6 +54,7 @@ def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int) -> Any:
             # ``logits_all`` alone (0.3.36): it must be asked for, or the first prefill overflows it.
             llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 2048), n_threads=target.n_threads,
                         n_threads_batch=target.n_threads, flash_attn=target.flash_attn, draft_model=draft,
+                        n_batch=target.prefill_chunk, n_ubatch=target.prefill_chunk,
                         logits_all=draft is not None, verbose=False)
         _ANCHORS[key] = llm
     return llm

@@ -125,6 +125,30 @@ def test_every_mode_equals_the_backends_greedy_solo_and_batched(qwen_engine, ref
     assert [got[i] for i in range(len(cases))] == cut
 
 
+def test_a_newcomer_is_prefilled_a_chunk_per_round_while_the_admitted_stream_decodes(qwen_engine, references):
+    """Chunked prefill: the admitted request gets a block every round while the newcomer's
+    prompt goes in chunk by chunk; both answers are still the backend's greedy."""
+    (first, first_ctx), (second, second_ctx) = _prompts(qwen_engine.target)[:2]
+    chunks = -(-len(second) // qwen_engine.target.prefill_chunk)
+    assert chunks >= 2
+    config = GenerationConfig(max_new_tokens=32)
+    batch = qwen_engine.batch()
+    a, events = batch.add(first, config, first_ctx)
+    out = {id(a): [t for e in events for t in e.token_ids]}
+    b, events = batch.add(second, config, second_ctx)
+    assert events == [] and b.prefilling
+    out[id(b)], rounds_to_first = [], 0
+    while batch.active:
+        step = batch.step()
+        if b.prefilling or not out[id(b)]:
+            rounds_to_first += 1
+            assert a.done or any(s is a and e.token_ids for s, e in step)  # the stream was not stalled
+        for s, e in step:
+            out[id(s)] += e.token_ids
+    assert rounds_to_first == chunks
+    assert [out[id(a)], out[id(b)]] == references[:2]
+
+
 def test_a_fixed_gamma_copies_long_spans_and_stays_exact(qwen_engine, references):
     prompt, contexts = _prompts(qwen_engine.target)[0]
     want = references[0]
