@@ -223,6 +223,8 @@ def load(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir:
          overload_clients: int = typer.Option(16, min=1), overload_s: float = typer.Option(
              60.0, min=0, help="overload phase length (s; 0 = none)"),
          burst: int = typer.Option(100, min=0, help="questions sent at one instant at the end (0 = none)"),
+         newcomers: int = typer.Option(4, min=0, help="newcomers phase: questions arriving while 4 others "
+                                                          "stream 96-token answers (0 = no such phase)"),
          max_batch: int = typer.Option(8, min=1, help="COPILOT_MAX_BATCH of a self-started server"),
          queue_size: int = typer.Option(4, min=1, help="COPILOT_QUEUE_SIZE of a self-started server"),
          json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
@@ -243,7 +245,8 @@ def load(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir:
         raise typer.BadParameter(f"levels ≥ 1 and modes among adaptive, off, fixed, table; got {levels!r}, "
                                  f"{modes!r}", param_hint="--levels/--modes")
     args = LoadArgs(level_list, mode_list, n_questions, max_new_tokens, max_sources, fixed_gamma, repeats,
-                    overload_clients, overload_s, burst, max_batch, queue_size, api_key=api_key)
+                    overload_clients, overload_s, burst, newcomers=newcomers, max_batch=max_batch,
+                    queue_size=queue_size, api_key=api_key)
     qs = questions_from(questions, n_questions)
     out_dir = report or Path(tempfile.mkdtemp(prefix="opscopilot-load-"))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,10 @@ first answer text, per-request τ, γ and batch size, and whether each answer is
 the one the same question got alone with speculation off (the exactness contract, seen from
 the client). An overload phase (16 clients for 60 s) then checks the queue: no 5xx, every
 503 with a ``Retry-After`` that, once waited, gets the client in, and no admitted stream
-silent for longer than 15 s (the SSE heartbeats count).
+silent for longer than 15 s (the SSE heartbeats count). A newcomers phase lets
+``admitted`` clients stream long answers while ``newcomers`` more arrive one by one, and
+reports the admitted streams' gaps between text deltas (inter-token latency, ITL): p50, p95
+and the longest, while newcomers prefill (chunked prefill keeps them near one decode round).
 
 Writes JSON, Markdown and a PNG (``--report``). A benchmark, not a test: run it alone on an
 idle machine.
@@ -57,13 +60,15 @@ class Answer:
     prefill_ms: float | None = None
     produced: dict | None = None
     max_gap_s: float = 0.0  # longest silence between received bytes (heartbeats included)
+    delta_ms: list[float] | None = None  # when each text delta arrived, from the request's start (ms)
     retry_after: str | None = None
     error: str | None = None
 
 
 async def ask(client: httpx.AsyncClient, question: str, mode: str, level: int, max_new_tokens: int, max_sources: int,
-              fixed_gamma: int, timeout_s: float) -> Answer:
-    """Stream one ``/v1/ask`` answer; never raises (errors become an :class:`Answer` with their status)."""
+              fixed_gamma: int, timeout_s: float, first_text: asyncio.Event | None = None) -> Answer:
+    """Stream one ``/v1/ask`` answer; never raises (errors become an :class:`Answer` with their status).
+    ``first_text`` is set once its first text arrived (or it ended without any)."""
     body = {"question": question, "stream": True, "max_new_tokens": max_new_tokens, "max_sources": max_sources,
             "speculation": mode}
     if mode == "fixed":
@@ -88,8 +93,12 @@ async def ask(client: httpx.AsyncClient, question: str, mode: str, level: int, m
                     sep = "\r\n\r\n" if "\r\n\r\n" in buffer else "\n\n"
                     raw, buffer = buffer.split(sep, 1)
                     _event(answer, raw, t0, now)
+                    if first_text is not None and answer.ttft_ms is not None:
+                        first_text.set()
     except (httpx.HTTPError, asyncio.TimeoutError) as exc:
         answer.status, answer.error = 0, f"{type(exc).__name__}: {exc}"[:200]
+    if first_text is not None:
+        first_text.set()
     answer.latency_ms = (time.perf_counter() - t0) * 1000
     return answer
 
@@ -102,8 +111,10 @@ def _event(answer: Answer, raw: str, t0: float, now: float) -> None:
     if not data:
         return
     payload = json.loads(data)
-    if kind == "delta" and payload.get("text") and answer.ttft_ms is None:
-        answer.ttft_ms = (now - t0) * 1000
+    if kind == "delta" and payload.get("text"):
+        answer.delta_ms = (answer.delta_ms or []) + [(now - t0) * 1000]
+        if answer.ttft_ms is None:
+            answer.ttft_ms = (now - t0) * 1000
     elif kind == "done":
         stats = payload.get("stats", {})
         answer.text = payload.get("answer", "")
@@ -189,6 +200,39 @@ async def overload(client: httpx.AsyncClient, questions: list[str], args) -> dic
             "latency_ms_p50": pct([a.latency_ms for a in ok], 50)}
 
 
+async def newcomers(client: httpx.AsyncClient, questions: list[str], args) -> dict:
+    """``args.admitted`` clients stream answers of ``args.admitted_tokens`` tokens; once each
+    has its first text, ``args.newcomers`` more arrive ``args.newcomer_every_s`` apart. The
+    admitted streams' gaps between text deltas after their first text (ms): p50, p95, the
+    longest, and p95 ÷ p50."""
+    started = [asyncio.Event() for _ in range(args.admitted)]
+
+    async def admitted(n: int) -> Answer:
+        return await ask(client, questions[n % len(questions)], "adaptive", args.admitted, args.admitted_tokens,
+                         args.max_sources, args.fixed_gamma, args.request_timeout, started[n])
+
+    async def arrivals() -> list[Answer]:
+        await asyncio.gather(*(e.wait() for e in started))
+        tasks = []
+        for i in range(args.newcomers):
+            tasks.append(asyncio.create_task(ask(client, questions[(args.admitted + i) % len(questions)], "adaptive",
+                                                 args.admitted, args.max_new_tokens, args.max_sources,
+                                                 args.fixed_gamma, args.request_timeout)))
+            await asyncio.sleep(args.newcomer_every_s)
+        return list(await asyncio.gather(*tasks))
+
+    streams = [asyncio.create_task(admitted(n)) for n in range(args.admitted)]
+    arrived = await arrivals()
+    done = list(await asyncio.gather(*streams))
+    gaps = [b - a for s in done for a, b in zip(s.delta_ms or [], (s.delta_ms or [])[1:])]
+    p50, p95 = pct(gaps, 50), pct(gaps, 95)
+    return {"admitted": args.admitted, "newcomers": args.newcomers, "every_s": args.newcomer_every_s,
+            "statuses": sorted({a.status for a in done + arrived}), "gaps": len(gaps), "itl_ms_p50": p50,
+            "itl_ms_p95": p95, "itl_ms_max": round(max(gaps), 1) if gaps else None,
+            "p95_over_p50": round(p95 / p50, 2) if p50 and p95 else None,
+            "newcomer_ttft_ms_p50": pct([a.ttft_ms for a in arrived if a.ttft_ms is not None], 50)}
+
+
 async def burst(client: httpx.AsyncClient, questions: list[str], args, server_pid: int | None) -> dict:
     """``args.burst`` questions sent at the same instant: their statuses, and the server's peak
     resident memory (``VmHWM``, MiB) before and after when it runs on this machine."""
@@ -242,6 +286,7 @@ async def run_load(url: str, questions: list[str], args, server_pid: int | None 
                     answers, wall = await run_cell(client, level, mode, questions, args)
                     cells.setdefault(f"{level}|{mode}", []).append((answers, wall))
                     log.info("level %d %s: %d answers in %.1f s", level, mode, len(answers), wall)
+        arriving = await newcomers(client, questions, args) if args.newcomers > 0 else None
         over = await overload(client, questions, args) if args.overload_s > 0 else None
         bursted = await burst(client, questions, args, server_pid) if args.burst > 0 else None
     solo = {a.question: a.text for answers, _ in cells.get("1|off", []) for a in answers if a.status == 200}
@@ -253,8 +298,8 @@ async def run_load(url: str, questions: list[str], args, server_pid: int | None 
         table.setdefault(level, {})[mode] = {**best, "repeats_tokens_per_s": [s["tokens_per_s"] for s in summaries]}
     samples = [asdict(a) for runs in cells.values() for answers, _ in runs for a in answers]
     return {"url": url, "levels": list(args.levels), "modes": list(args.modes), "questions": len(questions),
-            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "cells": table, "overload": over,
-            "burst": bursted,
+            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "cells": table,
+            "newcomers": arriving, "overload": over, "burst": bursted,
             "goals": goals(table, over, args), "samples": samples}
 
 
@@ -306,6 +351,12 @@ def load_markdown(report: dict) -> str:
                   f"{g.get('overload_no_5xx')} ({over['http_503']} × 503, Retry-After {over['retry_after_values']}, "
                   f"retries admitted {over['retries_admitted_after_retry_after']}) |",
                   f"| overload: longest silence in an admitted stream (≤ 15 s) | {over['max_gap_s']} s |"]
+    arriving = report.get("newcomers")
+    if arriving:
+        lines.append(f"| admitted streams' gap between text deltas while {arriving['newcomers']} newcomers arrive "
+                     f"{arriving['every_s']} s apart: p95 ÷ p50 (≤ 2.5); p50, p95, longest (ms) | "
+                     f"{arriving['p95_over_p50']}; {arriving['itl_ms_p50']}, {arriving['itl_ms_p95']}, "
+                     f"{arriving['itl_ms_max']} |")
     burst_ = report.get("burst")
     if burst_:
         lines.append(f"| {burst_['requests']} questions at once: statuses, server peak RSS before → after (MiB) | "
@@ -374,6 +425,10 @@ class LoadArgs:
     overload_clients: int = 16
     overload_s: float = 60.0
     burst: int = 100
+    admitted: int = 4
+    admitted_tokens: int = 96
+    newcomers: int = 4
+    newcomer_every_s: float = 2.0
     max_batch: int = 8
     queue_size: int = 4
     request_timeout: float = 300.0

@@ -21,7 +21,8 @@ def test_the_load_eval_reports_every_cell_the_goals_and_the_overload(sample_serv
     settings = _settings(tmp_path_factory, max_batch=2, queue_size=1, retry_after_s=1)
     app = create_app(settings, CopilotService(settings, sample_service.store, engine))
     args = LoadArgs(levels=(1, 2), modes=("adaptive", "off"), questions=2, max_new_tokens=6, overload_clients=4,
-                    overload_s=2.0, burst=6, request_timeout=60)
+                    overload_s=2.0, burst=6, admitted=1, admitted_tokens=20, newcomers=1, newcomer_every_s=0.1,
+                    request_timeout=60)
     questions = ["How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?",
                  "What was done about the full disk on the xrootd node?"]
     with ServerThread(app) as server:
@@ -30,9 +31,11 @@ def test_the_load_eval_reports_every_cell_the_goals_and_the_overload(sample_serv
     cell = report["cells"]["2"]["adaptive"]
     assert cell["answers"] == 2 and cell["tokens_per_s"] > 0 and cell["identical_to_solo"] == "2/2"
     assert report["goals"]["identical_to_solo"] == "8/8"
+    arriving = report["newcomers"]
+    assert arriving["statuses"] == [200] and arriving["gaps"] >= 10 and arriving["itl_ms_p95"] >= arriving["itl_ms_p50"]
     over = report["overload"]
     assert over["http_5xx_other"] == 0 and over["http_503_without_retry_after"] == 0 and over["ok"] > 0
     assert sum(report["burst"]["statuses"].values()) == 6 and set(report["burst"]["statuses"]) <= {"200", "503"}
     md = load_markdown(report)
-    assert "## Goals" in md and "| 2 | " in md and "identical to solo" in md
+    assert "## Goals" in md and "newcomers arrive" in md and "| 2 | " in md and "identical to solo" in md
     assert load_plot(report, tmp_path / "load.png").stat().st_size > 0
