@@ -74,6 +74,14 @@ class Settings(BaseSettings):
         "auto", description="what runs the target: auto (llama.cpp for a GGUF target on the CPU when "
         "llama-cpp-python is installed, else torch) | torch | llama.cpp")
     device: str = Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$", description="auto | cpu | cuda | cuda:N")
+    target_url: str | None = Field(None, pattern=r"^https?://\S+$", description="an OpenAI-compatible base URL "
+                                   "(http://host:8000/v1: vLLM, llama.cpp's server, Ollama, another OpsCopilot) that "
+                                   "decodes the prompts this service builds, instead of the in-process engine; "
+                                   "target_model then names only the served model's tokenizer and chat template")
+    target_api_key: SecretStr | None = Field(None, description="bearer key for target_url")
+    target_served_model: str | None = Field(None, min_length=1, description="the model name to ask target_url for "
+                                            "(default: the first its /v1/models lists)")
+    target_timeout_s: float = Field(300.0, gt=0, le=3600, description="one request to target_url (s)")
     dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
         "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
     drafting: DraftingMode = DraftingMode.AUTO
@@ -82,6 +90,10 @@ class Settings(BaseSettings):
     min_ngram: int = Field(1, ge=1, le=16)
     answer_history: int = Field(32, ge=0, le=512, description="recent answers the n-gram drafter also drafts from "
                                 "(0 = none; answers are shared by the users of one access scope)")
+    prefix_cache: int = Field(2, ge=0, le=64, description="finished answers whose prompt KV cache is kept for exact "
+                              "prefix reuse (a question asked again is not prefilled; a prompt sharing whole "
+                              "prefill chunks copies them); on llama.cpp each holds an idle sequence slot (the "
+                              "engine has max_batch + max(this, 2)), given up to a new request that needs it (0 = off)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch and llama.cpp (default: torch's)")
     loop_stop: bool = Field(True, description="end an answer that starts repeating itself (finish_reason "
                             "'repetition'), cut before the repeats")

@@ -32,6 +32,7 @@ from copilot.prompting import (
 )
 from copilot.question import Mode, Question
 from copilot.quotes import Quote, Unverified, check_literals
+from copilot.remote_target import RemoteEngine, remote_engine
 from copilot.retrieval import HybridRetriever, Passage
 from copilot.sources import Source, group_by_document, with_highlights
 from decoding import GenerationConfig, SpeculativeEngine
@@ -200,10 +201,12 @@ class CopilotService:
     Args:
         settings: the effective settings.
         store: an open chunk store.
-        engine: the decoding engine (``None`` = retrieval only; asking raises).
+        engine: the decoding engine, or an external model server (:mod:`copilot.remote_target`);
+            ``None`` = retrieval only (asking raises).
     """
 
-    def __init__(self, settings: Settings, store: ChunkStore, engine: SpeculativeEngine | None) -> None:
+    def __init__(self, settings: Settings, store: ChunkStore, engine: SpeculativeEngine | RemoteEngine | None,
+                 ) -> None:
         self.settings = settings
         self.store = store
         self.retriever = HybridRetriever(store)
@@ -221,6 +224,8 @@ class CopilotService:
         self._draft_attach: threading.Thread | None = None
         if engine is None:
             self._draft_status = "no target model is loaded"
+        elif isinstance(engine, RemoteEngine):
+            self._draft_status = f"none here: the model server at {engine.target.url} decodes"
         elif getattr(engine, "draft", None) is not None:  # test doubles of the engine may have none
             self._draft_status = f"{engine.draft.name}: loaded"
         else:
@@ -245,7 +250,7 @@ class CopilotService:
         reason is logged). ``draft_model = "derived:int4"``: here and now, attached whatever
         its calibration says (asked for explicitly)."""
         settings, engine = self.settings, self.engine
-        if engine is None or self.draft_loader is not None:
+        if not isinstance(engine, SpeculativeEngine) or self.draft_loader is not None:
             return
         loader = lean_draft_loader(settings.draft_model, engine.target, target_model=settings.target_model,
                                    device=settings.device, cache_dir=settings.model_cache_dir)
@@ -277,16 +282,20 @@ class CopilotService:
         if settings.torch_threads:
             torch.set_num_threads(settings.torch_threads)
         store = open_store(settings)
-        engine = None
-        if load_models:
+        engine: SpeculativeEngine | RemoteEngine | None = None
+        if load_models and settings.target_url:
+            engine = remote_engine(settings)
+        elif load_models:
             target = load_target(settings.target_model, backend=settings.backend, device=settings.device,
                                  dtype=settings.dtype, cache_dir=settings.model_cache_dir,
-                                 n_seq_max=settings.max_batch + 2, max_model_len=settings.max_model_len)
+                                 n_seq_max=settings.max_batch + max(settings.prefix_cache, 2),
+                                 max_model_len=settings.max_model_len)
             draft = load_draft(settings.draft_model, target, target_model=settings.target_model, device=settings.device,
                                dtype=settings.dtype, cache_dir=settings.model_cache_dir)
             engine = SpeculativeEngine(target, draft, max_ngram=settings.max_ngram,
                                        min_ngram=settings.min_ngram, answer_history=settings.answer_history,
-                                       max_speculative_tokens=settings.num_speculative_tokens)
+                                       max_speculative_tokens=settings.num_speculative_tokens,
+                                       prefix_cache_entries=settings.prefix_cache)
         service = cls(settings, store, engine)
         if auto_draft:
             service.start_auto_draft()

@@ -35,6 +35,7 @@ from decoding.models import LoadedModel
 from decoding.ngram_drafter import STATE_PRIORS, AnswerHistory, NGramDrafter
 from decoding.online_costs import OnlineCosts
 from decoding.policy import AcceptanceTable, CostModel, PolicyConfig
+from decoding.prefix_cache import PrefixCache
 from decoding.request import GenerationResult, StreamEvent
 from decoding.target import Target
 
@@ -78,6 +79,8 @@ class SpeculativeEngine:
             (:attr:`pass_costs`); ``False`` keeps ``costs`` for the engine's lifetime. ``None``
             (default): learn when the engine calibrated itself (``costs`` not given), keep
             given costs fixed (reproducible plans in tests).
+        prefix_cache_entries: finished requests' KV caches kept for exact prefix reuse
+            (:class:`~decoding.prefix_cache.PrefixCache`; 0 = off).
 
     ``costs`` is the start-up calibration; the policy prices target passes with
     :attr:`pass_costs`, learned online from every pass the engine runs.
@@ -99,13 +102,15 @@ class SpeculativeEngine:
                  policy: PolicyConfig | None = None, max_ngram: int = 4, min_ngram: int = 1,
                  max_speculative_tokens: int = 16, draft_min_confidence: float = 0.2,
                  answer_history: int = 32, draft_agreement: float | None = None,
-                 batch_speculation: BatchSpeculation | None = None, learn_costs: bool | None = None) -> None:
+                 batch_speculation: BatchSpeculation | None = None, learn_costs: bool | None = None,
+                 prefix_cache_entries: int = 2) -> None:
         if draft is not None:
             check_compatible(target, draft)
         self.target = target
         self.draft = draft
         self.acceptance = AcceptanceTable(policy or PolicyConfig())
         self.history = AnswerHistory(max_ngram, min_ngram, answer_history)
+        self.prefix_cache = PrefixCache(target, prefix_cache_entries)
         self.typical_answer_tokens = 64.0  # moving average of answer lengths (tokens): prices a draft prefill
         self.costs = costs or calibrate(target, draft, max_speculative_tokens + 1)
         self.pass_costs = OnlineCosts(self.costs.verify_ms)  # what real passes cost, learned as they run

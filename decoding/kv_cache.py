@@ -120,6 +120,25 @@ class PreallocatedCache(DynamicCache):
         # transformers calls it with no arguments to make each layer: a factory serves as the class.
         self.layer_class_to_replicate = partial(PreallocatedLayer, capacity)  # type: ignore[assignment]
 
+    def copy_prefix(self, keep: int, capacity: int) -> "PreallocatedCache":
+        """A new cache holding a copy of this one's first ``keep`` positions (bitwise: the same
+        keys and values), reserving ``max(capacity, keep)`` positions per layer.
+
+        Raises:
+            ValueError: ``keep`` is more than the positions held.
+        """
+        if keep > self.get_seq_length():
+            raise ValueError(f"cannot copy {keep} positions of a cache holding {self.get_seq_length()}")
+        copy = PreallocatedCache(max(capacity, keep))
+        for layer in self.layers:
+            if not isinstance(layer, PreallocatedLayer):
+                raise TypeError(f"a preallocated cache holds PreallocatedLayer layers, got {type(layer).__name__}")
+            new = PreallocatedLayer(max(capacity, keep))
+            if layer.is_initialized and keep > 0:
+                new.update(layer._key_buffer[:, :, :keep], layer._value_buffer[:, :, :keep])
+            copy.layers.append(new)
+        return copy
+
 
 def crop_cache(cache: Cache, keep: int) -> None:
     """Drop cached positions past ``keep`` (the rejected drafted tokens), in place.

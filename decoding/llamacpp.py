@@ -17,6 +17,7 @@ the Qwen2.5-Coder 0.5B, 1.12 GB for the 1.5B) and every matrix product is the fi
   each with its own sequence id and positions, and asks for logits at exactly those positions
   (the verification rows); the sequences' cells are masked from each other;
 - :meth:`~LlamaCppModel.rollback` is ``llama_memory_seq_rm`` past the committed length,
+  :meth:`~LlamaCppModel.fork` is ``llama_memory_seq_cp`` (prefix reuse),
   :meth:`~LlamaCppModel.release` clears the sequence and returns its id to the pool.
 
 Its plain greedy (one token per ``llama_decode``) is the reference of the exactness contract
@@ -305,6 +306,27 @@ class LlamaCppModel:
         if seq.finalizer is not None:
             seq.finalizer()
         seq.length = 0
+
+    def fork(self, cache: KVCache, keep: int, capacity: int) -> LlamaSequence:
+        """A free sequence holding the first ``keep`` positions of ``cache``: ``llama_memory_seq_cp``
+        (across KV streams llama.cpp copies the whole stream, cell for cell, at the next decode),
+        then ``llama_memory_seq_rm`` past ``keep``; the copied cells keep their indices, so the
+        new tokens land where a fresh prefill puts them.
+
+        Raises:
+            ValueError: ``keep`` is more than ``cache`` holds.
+            RuntimeError: every sequence id is taken.
+        """
+        source = _sequence(cache)
+        if keep > source.length:
+            raise ValueError(f"cannot copy {keep} positions of a sequence holding {source.length}")
+        seq = self.new_cache(capacity)
+        if keep > 0:
+            with self._lock:
+                self._lib.llama_memory_seq_cp(self._memory, source.seq_id, seq.seq_id, -1, -1)
+                self._lib.llama_memory_seq_rm(self._memory, seq.seq_id, keep, -1)
+            seq.length = keep
+        return seq
 
     def _free_sequence(self, seq_id: int) -> None:
         """Clear sequence ``seq_id``'s KV cells and return the id to the pool."""

@@ -173,6 +173,15 @@ class LoadedModel:
     def release(self, cache: KVCache) -> None:
         """Nothing to do: the cache's buffers go with the last reference to it."""
 
+    def fork(self, cache: KVCache, keep: int, capacity: int) -> PreallocatedCache:
+        """A new cache with a copy of ``cache``'s first ``keep`` positions
+        (:meth:`~decoding.kv_cache.PreallocatedCache.copy_prefix`).
+
+        Raises:
+            TypeError: a cache this backend did not make.
+        """
+        return backend_cache(cache, PreallocatedCache, "torch").copy_prefix(keep, capacity)
+
 
 def _torch_cache(cache: KVCache) -> Cache:
     """``cache`` as the transformers ``Cache`` of this backend (TypeError for another's)."""
@@ -258,6 +267,28 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     log.info("loaded %s on %s (%s); checkpoint generation settings: %s", name_or_path, dev, torch_dtype,
              loaded.generation_defaults or "none")
     return loaded
+
+
+def load_tokenizer(name_or_path: str, cache_dir: Path | str = Path(".opscopilot/models")) -> PreTrainedTokenizerBase:
+    """A model's tokenizer without its weights (for a target that a model server runs).
+
+    Args:
+        name_or_path: as :func:`load_model`, or a GGUF file; an embedded model gives its GGUF's
+            tokenizer (assembled and converted once, under ``cache_dir``).
+    Raises:
+        ModelLoadError: the tokenizer cannot be found or read (the message names it).
+    """
+    from decoding.llamacpp import embedded_gguf, gguf_tokenizer
+
+    cache = Path(cache_dir)
+    embedded = find_embedded(name_or_path)
+    path = Path(name_or_path).expanduser()
+    if embedded is not None or path.suffix == ".gguf":
+        return gguf_tokenizer(embedded_gguf(embedded, cache) if embedded is not None else path, cache)
+    try:
+        return AutoTokenizer.from_pretrained(str(path) if path.exists() else name_or_path)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the tokenizer of {name_or_path!r}: {exc}") from exc
 
 
 #: ``backend`` values of :func:`load_target`.

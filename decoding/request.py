@@ -141,6 +141,7 @@ class RequestState:
         self.seeded = not config.greedy and config.seed is not None
         self._cache: KVCache | None = None  # from begin() until finish()
         self._prefilled = 0  # prompt tokens in the target cache
+        self._prompt_logits: torch.Tensor | None = None  # the prompt's last logits, once prefilled (parked with it)
         self._sampling: TokenSelector | None = None
         self.drafters: list[Drafter] = []
         self._policy: DrafterPolicy | None = None
@@ -205,7 +206,10 @@ class RequestState:
         self._sampling = TokenSelector(
             self.settings.processors(len(self.prompt), self._eos, target.device), self.config.temperature,
             self.config.top_k, self.config.top_p, self.config.seed, len(self.prompt), target.device)
-        self._cache = target.new_cache(len(self.prompt) + min(self.budget, KV_OUTPUT_PREALLOC))
+        reuse = self.engine.prefix_cache.take(self.prompt, len(self.prompt) + min(self.budget, KV_OUTPUT_PREALLOC),
+                                              self.config.history_partition)
+        self._cache, self._prefilled, self._prompt_logits = reuse.cache, reuse.tokens, reuse.logits
+        self.stats.prefix_reused_tokens = reuse.tokens
 
     def prefill_chunk(self) -> StreamEvent | None:
         """Prefill the prompt's next chunk, up to the next multiple of the target's
@@ -216,14 +220,16 @@ class RequestState:
         if self._cache is None:
             return StreamEvent("")
         target, stats = self.engine.target, self.stats
-        chunk = target.prefill_chunk
-        end = min(len(self.prompt), (self._prefilled // chunk + 1) * chunk)
-        logits = target.prefill(self.prompt[self._prefilled:end], self._cache)
-        self._prefilled = end
-        if end < len(self.prompt):
-            return None
+        if self._prompt_logits is None:  # else the whole prompt was reused (engine.prefix_cache)
+            chunk = target.prefill_chunk
+            end = min(len(self.prompt), (self._prefilled // chunk + 1) * chunk)
+            logits = target.prefill(self.prompt[self._prefilled:end], self._cache)
+            self._prefilled = end
+            if end < len(self.prompt):
+                return None
+            self._prompt_logits = logits.clone()
         self.clock.prefilled()
-        committed = self.stop.accept([self.sampling.choose(self.prompt, logits)])
+        committed = self.stop.accept([self.sampling.choose(self.prompt, self._prompt_logits.clone())])
         stats.record_first()
         self.clock.first_token()
         event = StreamEvent(self._delta(), committed)
@@ -364,7 +370,9 @@ class RequestState:
         stats.finish_reason = stop.finish_reason
         text = stop.final_text()
         result = GenerationResult(list(stop.output), text, stop.finish_reason or "length", stats)
-        if self._cache is not None:  # free the KV cache now, not when the caller drops the state
+        if self._cache is not None and self._prompt_logits is not None:  # kept for a prompt sharing its prefix
+            self.engine.prefix_cache.park(self.prompt, self._cache, self._prompt_logits, self.config.history_partition)
+        elif self._cache is not None:  # cancelled while it prefilled: free the KV cache now
             self.engine.target.release(self._cache)
         self._cache = None
         return StreamEvent(self.detok.finish(text), [], result)

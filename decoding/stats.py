@@ -50,6 +50,7 @@ class GenerationStats:
     """
 
     prompt_tokens: int = 0
+    prefix_reused_tokens: int = 0  # prompt positions whose KV came from a parked prompt (decoding.prefix_cache)
     new_tokens: int = 0
     prefill_ms: float = 0.0
     ttft_ms: float = 0.0

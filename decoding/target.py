@@ -5,7 +5,8 @@ torch: CUDA, any Hugging Face id or folder) and :class:`decoding.llamacpp.LlamaC
 GGUF's own quantized kernels through llama.cpp, the CPU default). The engine, the drafters,
 the policy, batching, stops and sampling see only this protocol: prefill a prompt into a
 request's KV cache, run one pass over new tokens of one or several requests (verification),
-roll a cache back to the committed length, release it.
+roll a cache back to the committed length, copy a cache's first positions into a new one
+(prefix reuse), release it.
 
 A request's KV cache is an opaque handle made by :meth:`Target.new_cache`; the backend alone
 reads it. Logits are float tensors ``(tokens, vocab)`` on :attr:`Target.device`, whatever the
@@ -120,6 +121,16 @@ class Target(Protocol):
 
     def release(self, cache: KVCache) -> None:
         """Free ``cache`` (its memory, or its sequence slot); it is not used again."""
+        ...
+
+    def fork(self, cache: KVCache, keep: int, capacity: int) -> KVCache:
+        """A new KV cache holding a bitwise copy of the first ``keep`` positions of ``cache``
+        (left unchanged), reserving ``capacity`` positions: exact prefix reuse
+        (:mod:`decoding.prefix_cache`).
+
+        Raises:
+            RuntimeError: the backend has no room for another cache (every sequence slot taken).
+        """
         ...
 
 

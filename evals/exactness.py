@@ -222,8 +222,15 @@ def first_token_mismatch(a: list[int], b: list[int]) -> int | None:
 
 
 def _decode(engine: SpeculativeEngine, case: Case, config: GenerationConfig):
-    """The result and every id the engine committed, in order. After a loop stop the result's
-    ids are a prefix of the committed ones, which show where a cut-away token first differed."""
+    """The result and every id the engine committed, in order, with nothing parked to reuse
+    (a solo decode prefills its whole prompt). After a loop stop the result's ids are a prefix
+    of the committed ones, which show where a cut-away token first differed."""
+    engine.prefix_cache.clear()
+    return _decode_as_is(engine, case, config)
+
+
+def _decode_as_is(engine: SpeculativeEngine, case: Case, config: GenerationConfig):
+    """As :func:`_decode`, reusing whatever the engine's prefix cache holds."""
     committed: list[int] = []
     result = None
     for ev in engine.stream(case.prompt_ids, config, case.context_ids):
@@ -256,6 +263,25 @@ def _decode_batched(engine: SpeculativeEngine, cases: list[Case], config: Genera
         for state, event in batch.step():
             record(index[id(state)], event)
     return out
+
+
+#: The prefix-reuse variants of every mode: a prompt sharing the first half of the case's prompt
+#: was decoded just before (``@prefix``: its whole prefill chunks are reused), or the same prompt
+#: was (``@again``: nothing is prefilled).
+REUSE_VARIANTS = ("prefix", "again")
+
+
+def _decode_reusing(engine: SpeculativeEngine, case: Case, config: GenerationConfig, variant: str):
+    """Decode ``case`` after parking what ``variant`` names (:data:`REUSE_VARIANTS`); the
+    result, the committed ids and the prompt positions reused."""
+    engine.prefix_cache.clear()
+    if variant == "prefix":
+        half = case.prompt_ids[:max(1, len(case.prompt_ids) // 2)]
+        engine.generate(half, GenerationConfig(max_new_tokens=1))
+    else:
+        _decode_as_is(engine, case, config)
+    result, committed = _decode_as_is(engine, case, config)
+    return result, committed, result.stats.prefix_reused_tokens
 
 
 def compare(engine: SpeculativeEngine, case: Case, mode: str, ref: Reference, got: list[int], got_finish: str,
@@ -300,12 +326,15 @@ def _book(div: Divergence | None, divergences: list[Divergence]) -> None:
 
 def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: int,
                   modes: list[str] | None = None, loop_span: int = 0, generation: dict | None = None,
-                  batch_sizes: tuple[int, ...] = ()) -> dict:
+                  batch_sizes: tuple[int, ...] = (), prefix_reuse: bool = True) -> dict:
     """Decode every case in every mode and compare with the reference.
 
     Args:
         batch_sizes: also decode all cases in every mode through a batch of each size
             (modes ``"{mode}@b{size}"``; see :func:`_decode_batched`), each against its solo reference.
+        prefix_reuse: also decode every case in every mode reusing a parked prompt's KV cache
+            (modes ``"{mode}@prefix"`` and ``"{mode}@again"``, :data:`REUSE_VARIANTS`; each
+            entry gives ``reused_tokens``), against the same reference. The solo modes reuse nothing.
         loop_span: the loop stop's span for every mode and the reference (0 = no loop stop).
         generation: extra :class:`GenerationConfig` fields for every mode (logits settings such
             as ``{"repetition_penalty": 1.2, "logit_bias": {...}}``); the reference is
@@ -348,8 +377,14 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
             result, committed = _decode(engine, case, config)
             div = compare(engine, case, mode, ref, result.token_ids, result.finish_reason, committed, settings)
             row["modes"][mode] = tally.add(mode, result, div)
+            for variant in REUSE_VARIANTS if prefix_reuse else ():
+                label = f"{mode}@{variant}"
+                result, committed, reused = _decode_reusing(engine, case, config, variant)
+                div = compare(engine, case, label, ref, result.token_ids, result.finish_reason, committed, settings)
+                row["modes"][label] = {**tally.add(label, result, div), "reused_tokens": reused}
         rows.append(row)
         log.info("%s done in %.1f s", case.question.id, time.perf_counter() - t0)
+    engine.prefix_cache.clear()
     for size in batch_sizes:
         for mode in modes:
             config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)

@@ -230,9 +230,10 @@ def anchor_produced(mode: str, n_tokens: int, passes: int) -> dict[str, int]:
 
 def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int, loop_span: int = 0) -> Run:
     """Our engine with drafting ``off``/``ngram``/``draft_model``/``auto`` (``ours_<DraftingMode>``)
-    and ``loop_span``."""
+    and ``loop_span``, with no parked prompt to reuse."""
     drafting = DraftingMode(mode.removeprefix("ours_"))
     config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=drafting, loop_span=loop_span)
+    engine.prefix_cache.clear()  # every mode prefills its whole prompt, as the anchors do
     events: list[tuple[float, int]] = []
     t0 = time.perf_counter()
     result = None

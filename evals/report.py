@@ -51,6 +51,13 @@ def exactness_markdown(report: dict) -> str:
              "| mode | identical to greedy | loop-stopped |", "|---|---|---|"]
     lines += [f"| {m} | {report['exact'][m]}/{n} | {report.get('loop_stopped', {}).get(m, '-')} |"
               for m in report["modes"]]
+    reused = [(r["reused_tokens"], c["prompt_tokens"]) for c in report["cases"] for m, r in c["modes"].items()
+              if m.endswith("@prefix") and "reused_tokens" in r]
+    if reused:
+        lines += ["", f"Prefix reuse: `@prefix` decodes a case just after a prompt sharing the first half of its "
+                  f"prompt (whole prefill chunks reused: {sum(a for a, _ in reused)} of "
+                  f"{sum(b for _, b in reused)} prompt tokens in all); `@again` just after the same prompt "
+                  "(nothing prefilled)."]
     lines += ["", "## Per question", "",
               "Reference: finish reason, ids kept (ids greedy generates until the stops end it). Per mode: ✓ "
               "identical, else ✗ and the divergence position.", "",
@@ -58,7 +65,9 @@ def exactness_markdown(report: dict) -> str:
               "|---|---|" + "---|" * len(report["modes"])]
     for c in report["cases"]:
         ref = f"{c.get('reference_finish', '-')}, {c['reference_tokens']} ({c.get('reference_generated', '-')})"
-        cells = ["✓" if r["exact"] else f"✗ {r.get('divergence_at', '')}".rstrip() for r in c["modes"].values()]
+        outcomes = [c["modes"].get(m) for m in report["modes"]]
+        cells = ["-" if r is None else "✓" if r["exact"] else f"✗ {r.get('divergence_at', '')}".rstrip()
+                 for r in outcomes]
         lines.append(f"| {c['id']} | {ref} | " + " | ".join(cells) + " |")
     lines += ["", "## Divergences", ""]
     if not report["divergences"]:

@@ -132,6 +132,7 @@ def test_a_newcomer_is_prefilled_a_chunk_per_round_while_the_admitted_stream_dec
     chunks = -(-len(second) // qwen_engine.target.prefill_chunk)
     assert chunks >= 2
     config = GenerationConfig(max_new_tokens=32)
+    qwen_engine.prefix_cache.clear()  # both prefill their whole prompts
     batch = qwen_engine.batch()
     a, events = batch.add(first, config, first_ctx)
     out = {id(a): [t for e in events for t in e.token_ids]}
@@ -308,3 +309,64 @@ def test_a_backend_setting_outside_the_list_and_a_foreign_cache_are_refused(qwen
         Settings(_env_file=None, backend="onnx")
     with pytest.raises(TypeError, match="llama.cpp target runs on its own caches"):
         qwen.forward([([1], PreallocatedCache(4))])
+
+
+def test_a_prompt_sharing_whole_prefill_chunks_reuses_them_and_stays_exact(qwen_engine, references):
+    """Exact prefix reuse: after a prompt that shares the first chunks of the next one, the next
+    one copies those chunks' KV (``llama_memory_seq_cp``) and prefills only the rest; asked again,
+    it prefills nothing. Both answers are the backend's greedy, solo and as a batch newcomer."""
+    target, cache = qwen_engine.target, qwen_engine.prefix_cache
+    prompt, contexts = _prompts(target)[1]
+    chunk = target.prefill_chunk
+    half = prompt[:len(prompt) // 2]
+    config = GenerationConfig(max_new_tokens=32)
+    cache.clear()
+    qwen_engine.generate(half, GenerationConfig(max_new_tokens=2))
+    shared = qwen_engine.generate(prompt, config, contexts)
+    assert shared.stats.prefix_reused_tokens == len(half) // chunk * chunk > 0
+    assert shared.token_ids == references[1]
+    again = qwen_engine.generate(prompt, config, contexts)
+    assert again.stats.prefix_reused_tokens == len(prompt) and again.token_ids == references[1]
+    batch = qwen_engine.batch()
+    first, _ = batch.add(_prompts(target)[0][0], config, contexts)
+    newcomer, events = batch.add(prompt, config, contexts)  # nothing to prefill: its first token at once
+    assert events and events[0].token_ids == references[1][:1]
+    out = {id(first): [], id(newcomer): list(events[0].token_ids)}
+    while batch.active:
+        for s, e in batch.step():
+            out[id(s)] += e.token_ids
+    assert out[id(newcomer)] == references[1]
+
+
+def test_parked_prompts_give_their_sequences_to_new_requests(qwen, qwen_engine, references):
+    """Parked KV caches hold sequence slots only while nobody else needs them: a request that
+    finds the pool empty evicts the least recently used one, or takes the one it reuses."""
+    engine = SpeculativeEngine(qwen, costs=qwen_engine.costs, max_speculative_tokens=8, prefix_cache_entries=6)
+    prompts = _prompts(qwen)
+    config = GenerationConfig(max_new_tokens=4)
+    for prompt, contexts in prompts:
+        engine.generate(prompt, config, contexts)
+    held = [qwen.new_cache(0) for _ in range(len(qwen._free_ids))]  # every free slot taken
+    try:
+        assert len(engine.prefix_cache.entries) == len(prompts)
+        batch = engine.batch()
+        batch.add(prompts[2][0], config, prompts[2][1])
+        _, _ = batch.add(prompts[1][0], config, prompts[1][1])  # no free slot: evicts, then copies
+        got = []
+        while batch.active:
+            got += [e.result.token_ids for _, e in batch.step() if e.result is not None]
+        assert sorted(got) == sorted(r[:4] for r in references[1:])
+    finally:
+        for c in held:
+            qwen.release(c)
+        engine.prefix_cache.clear()
+
+
+def test_prefix_reuse_stays_within_a_history_partition(qwen_engine):
+    prompt, contexts = _prompts(qwen_engine.target)[0]
+    qwen_engine.prefix_cache.clear()
+    config = GenerationConfig(max_new_tokens=2, history_partition="team-a")
+    qwen_engine.generate(prompt, config, contexts)
+    other = qwen_engine.generate(prompt, GenerationConfig(max_new_tokens=2, history_partition="team-b"), contexts)
+    same = qwen_engine.generate(prompt, config, contexts)
+    assert other.stats.prefix_reused_tokens == 0 and same.stats.prefix_reused_tokens == len(prompt)

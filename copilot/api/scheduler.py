@@ -52,14 +52,18 @@ class JobError:
 
 
 class BatchLike(Protocol):
-    """What the scheduler drives: :class:`decoding.batch.Batch` (or :class:`InterleavedBatch`)."""
+    """What the scheduler drives: :class:`decoding.batch.Batch`, :class:`copilot.remote_target.RemoteBatch`
+    (or :class:`InterleavedBatch`)."""
 
     active: Sequence[Any]
 
     def add(self, prompt_ids: Sequence[int], config: Any, contexts: Sequence[Sequence[int]] = (),
             cancel: Callable[[], bool] | None = None, settings: Any = None) -> tuple[Any, list[Any]]: ...
 
-    def step(self) -> list[tuple[Any, Any]]: ...
+    def step(self) -> list[tuple[Any, Any]]:
+        """One round's ``(handle, event)`` pairs; an event that is an exception fails that
+        request alone (an exception raised by ``step`` fails every request of the batch)."""
+        ...
 
 
 class Job:
@@ -261,6 +265,10 @@ class BatchScheduler:
                 continue
             for handle, event in events:
                 job = jobs[id(handle)]
+                if isinstance(event, BaseException):  # this request alone failed (a remote target's)
+                    del jobs[id(handle)]
+                    self._end(job, JobError(event))
+                    continue
                 self._deliver(job, event)
                 if event.result is not None:
                     del jobs[id(handle)]
