@@ -133,12 +133,19 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
               loop_span: Optional[int] = _loop_span_opt, cases_file: Optional[Path] = _cases_opt,
               subset: Optional[int] = _subset_opt, device: str = _device_opt, dtype: str = _dtype_opt,
               batched: str = typer.Option("", help="also decode every mode in batches of these sizes, e.g. 2,4,8 "
-                                                   "(modes MODE@bN, each answer against its solo greedy)")) -> None:
+                                                   "(modes MODE@bN, each answer against its solo greedy)"),
+              target_url: Optional[str] = typer.Option(
+                  None, "--target-url", help="check an external model server instead (COPILOT_TARGET_URL): its greedy "
+                  "answers with its speculation switch on against off, where it has one")) -> None:
     """Every decoding mode vs plain greedy generate() cut by the same stops (EOS, budget, loop
-    stop); non-zero exit on a divergence."""
+    stop), solo, reusing a parked prompt's KV cache, and batched; non-zero exit on a divergence."""
     from evals.exactness import failing_divergences, run_exactness
     from evals.harness import hardware_summary
     from evals.report import exactness_markdown
+
+    if target_url:
+        _remote_exactness(target_url, questions, corpus, data_dir, quick, max_new_tokens, subset, json_out, report)
+        return
 
     setup, cases, n_tokens = _prepare("exactness", questions, corpus, data_dir, quick, max_new_tokens, draft_model,
                                       cases_file, device, dtype, subset)
@@ -152,6 +159,25 @@ def exactness(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
     failing = failing_divergences(result, allow_near_ties)
     if failing:
         console.print(f"[red]{len(failing)} divergence(s) from plain greedy[/red]")
+        raise typer.Exit(1)
+
+
+def _remote_exactness(url: str, questions: Path, corpus: Path, data_dir: Optional[Path], quick: bool,
+                      max_new_tokens: Optional[int], subset: Optional[int], json_out: Optional[Path],
+                      report: Optional[Path]) -> None:
+    """``exactness --target-url``: the cases built through our prompt path, answered by the server."""
+    from evals.remote_exactness import remote_exactness_markdown, run_remote_exactness
+
+    os.environ["COPILOT_TARGET_URL"] = url  # the eval's settings are the service's, from COPILOT_*
+    setup, cases, n_tokens = _prepare("exactness", questions, corpus, data_dir, quick, max_new_tokens, None,
+                                      subset=subset)
+    try:
+        result = run_remote_exactness(setup.engine, cases, n_tokens)
+    finally:
+        setup.close()
+    _emit(remote_exactness_markdown(result), result, json_out, report, "exactness-remote")
+    if result["identical"] < len(result["cases"]):
+        console.print(f"[red]{len(result['cases']) - result['identical']} answer(s) differ[/red]")
         raise typer.Exit(1)
 
 

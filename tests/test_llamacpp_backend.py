@@ -31,14 +31,11 @@ QUESTIONS = ["Which command restarted the dc-pool-07 domain? Quote it in backtic
 
 
 @pytest.fixture(scope="module")
-def qwen(tmp_path_factory):
+def qwen(qwen_gguf_cache):
     from decoding.models import load_target
 
     torch.set_num_threads(2)
-    if QWEN_CODER_05B.missing_parts():
-        pytest.skip("the Qwen 0.5B part wheels are not installed (scripts/setup.sh installs them)")
-    return load_target(QWEN_CODER_05B.name, backend="llama.cpp", cache_dir=tmp_path_factory.mktemp("gguf"),
-                       n_seq_max=6)
+    return load_target(QWEN_CODER_05B.name, backend="llama.cpp", cache_dir=qwen_gguf_cache, n_seq_max=6)
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +278,7 @@ def test_a_pass_past_the_window_is_refused(qwen):
         qwen.release(cache)
 
 
-def test_a_corrupt_gguf_is_a_load_error_and_tokenizers_are_cached_per_file(tmp_path):
+def test_a_corrupt_gguf_is_a_load_error_and_tokenizers_are_cached_per_file(tmp_path, qwen_gguf_cache):
     from decoding.embedded import ModelLoadError
     from decoding.llamacpp import embedded_gguf, gguf_tokenizer
     from decoding.models import load_target
@@ -293,7 +290,7 @@ def test_a_corrupt_gguf_is_a_load_error_and_tokenizers_are_cached_per_file(tmp_p
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "model.gguf").symlink_to(embedded_gguf(SMOLLM2_135M, tmp_path))
-    (tmp_path / "b" / "model.gguf").symlink_to(embedded_gguf(QWEN_CODER_05B, tmp_path / "gguf"))
+    (tmp_path / "b" / "model.gguf").symlink_to(embedded_gguf(QWEN_CODER_05B, qwen_gguf_cache))
     small = gguf_tokenizer(tmp_path / "a" / "model.gguf", tmp_path / "cache")
     qwen = gguf_tokenizer(tmp_path / "b" / "model.gguf", tmp_path / "cache")  # same name, another file
     assert len(small.get_vocab()) != len(qwen.get_vocab())

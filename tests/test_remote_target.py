@@ -92,15 +92,15 @@ def test_an_unreachable_or_failing_server_is_a_clear_error(sample_service, model
 
 
 @pytest.fixture(scope="module")
-def llama_server(tmp_path_factory):
+def llama_server(tmp_path_factory, qwen_gguf_cache):
     """llama-cpp-python's own OpenAI server on the embedded Qwen2.5-Coder 0.5B GGUF: ``(its base URL,
     the folder holding the GGUF)``."""
     from decoding.embedded import QWEN_CODER_05B
     from decoding.llamacpp import available, embedded_gguf
 
-    if not available() or QWEN_CODER_05B.missing_parts():
-        pytest.skip("llama-cpp-python or the Qwen 0.5B part wheels are not installed (scripts/setup.sh)")
-    cache = tmp_path_factory.mktemp("gguf")
+    if not available():
+        pytest.skip("llama-cpp-python is not installed (scripts/setup.sh builds it)")
+    cache = qwen_gguf_cache
     gguf = embedded_gguf(QWEN_CODER_05B, cache)
     port = free_port()
     log = open(tmp_path_factory.mktemp("llama-server") / "server.log", "w")
@@ -126,14 +126,45 @@ def llama_server(tmp_path_factory):
         log.close()
 
 
+def _llama_parts(url, cache, model, tmp_path, sample_service) -> tuple:
+    settings = Settings(data_dir=tmp_path, max_new_tokens=48, target_url=url, target_model=model,
+                        model_cache_dir=cache, _env_file=None)
+    return settings, sample_service.store, remote_engine(settings)
+
+
 def test_llama_cpps_own_server_answers_with_our_sources_and_quotes(sample_service, llama_server, tmp_path):
     from decoding.embedded import QWEN_CODER_05B
 
     url, cache = llama_server
-    settings = Settings(data_dir=tmp_path, max_new_tokens=48, target_url=url, target_model=QWEN_CODER_05B.name,
-                        model_cache_dir=cache, _env_file=None)
-    service = CopilotService(settings, sample_service.store, remote_engine(settings))
+    service = CopilotService(*_llama_parts(url, cache, QWEN_CODER_05B.name, tmp_path, sample_service))
     assert service.engine.target.name == "qwen2.5-coder-0.5b" and service.style_name == "quote-lines-3"
     answer = service.ask("How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?")
     assert answer.text and answer.sources and answer.finish_reason in ("eos", "length")
     assert answer.stats["ttft_ms"] > 0 and answer.stats["new_tokens"] > 0
+
+
+def _cases(service: CopilotService, questions: list[str]) -> list:
+    from evals.harness import Case
+    from evals.questions import Question
+
+    out = []
+    for i, q in enumerate(questions):
+        prompt = service.prepare(service.question(q)).prompt
+        out.append(Case(Question(f"q{i}", q, "", ""), prompt.input_ids, prompt.context_ids))
+    return out
+
+
+def test_the_remote_exactness_eval_uses_the_servers_switch_where_it_has_one(sample_service, model_server, tmp_path,
+                                                                           llama_server):
+    from evals.remote_exactness import remote_exactness_markdown, run_remote_exactness
+
+    ours = _remote_service(sample_service, model_server.url + "/v1", tmp_path)
+    result = run_remote_exactness(ours.engine, _cases(ours, [QUESTION]), 16)
+    assert result["switch"] and result["compared"] == ["off", "on"] and result["identical"] == 1
+    assert "Identical: **1/1**" in remote_exactness_markdown(result)
+    url, cache = llama_server
+    from decoding.embedded import QWEN_CODER_05B
+
+    llama = CopilotService(*_llama_parts(url, cache, QWEN_CODER_05B.name, tmp_path, sample_service))
+    result = run_remote_exactness(llama.engine, _cases(llama, [QUESTION]), 8)
+    assert not result["switch"] and result["compared"] == ["first", "second"] and result["identical"] == 1
