@@ -181,6 +181,32 @@ def _remote_exactness(url: str, questions: Path, corpus: Path, data_dir: Optiona
         raise typer.Exit(1)
 
 
+@eval_app.command("reuse")
+def reuse(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+          followups: Optional[Path] = typer.Option(
+              None, help="two-turn follow-ups (default: followups.jsonl beside --questions, if present)"),
+          subset: Optional[int] = _subset_opt, max_new_tokens: int = typer.Option(32, min=1),
+          json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
+    """Time to first token with exact prefix reuse off and on: a question asked again, and a
+    follow-up after its first turn, through the service's own path (A B B A, medians)."""
+    from evals.harness import build_setup, hardware_summary
+    from evals.prefix_reuse import reuse_markdown, run_reuse
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    followups = followups or questions.with_name("followups.jsonl")
+    qs = load_questions(questions)
+    fus = load_questions(followups) if followups.is_file() else []
+    if subset:
+        qs, fus = quick_subset(qs, subset), quick_subset(fus, subset) if fus else []
+    setup = build_setup(None if data_dir else corpus, data_dir)
+    try:
+        result = run_reuse(setup.service, qs, fus, max_new_tokens)
+        hardware = hardware_summary(setup)
+    finally:
+        setup.close()
+    _emit(reuse_markdown(result, hardware), {**result, "hardware": hardware}, json_out, report, "reuse")
+
+
 @eval_app.command("latency")
 def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
             quick: bool = typer.Option(False, help=f"{QUICK_QUESTIONS['latency']} questions, {QUICK_TOKENS} tokens"),

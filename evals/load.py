@@ -404,9 +404,10 @@ def load_plot(report: dict, path: Path) -> Path:
 
 def start_server(args, out_dir: Path, corpus: Path, data_dir: Path) -> ServerProcess:
     """``copilot serve`` on a free port over ``data_dir`` (``corpus`` ingested when empty), with
-    the batch and queue sizes of the eval."""
+    the batch and queue sizes of the eval, and no prefix reuse: the cells ask the same questions
+    again, which would then skip their prefill and flatter the later cells."""
     return ServerProcess.launch({"COPILOT_MAX_BATCH": str(args.max_batch), "COPILOT_QUEUE_SIZE": str(args.queue_size),
-                                 "COPILOT_DATA_DIR": str(data_dir),
+                                 "COPILOT_DATA_DIR": str(data_dir), "COPILOT_PREFIX_CACHE": "0",
                                  "COPILOT_MAX_NEW_TOKENS_CAP": str(max(1024, args.max_new_tokens))},
                                 args.ready_timeout, out_dir / "load.server.log", corpus)
 

@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     url = args.url
     if url is None:
-        server = ServerProcess.launch({"COPILOT_QUEUE_SIZE": str(args.queue_size),
+        server = ServerProcess.launch({"COPILOT_QUEUE_SIZE": str(args.queue_size), "COPILOT_PREFIX_CACHE": "0",
                                        "COPILOT_MAX_NEW_TOKENS_CAP": str(max(1024, args.max_new_tokens))},
                                       args.ready_timeout, args.out.with_suffix(".server.log"))
         url = server.url

@@ -85,3 +85,17 @@ def test_a_forked_torch_cache_is_a_copy_of_the_first_positions(small):
     assert cache.get_seq_length() == len(prompt)  # the source is untouched
     with pytest.raises(ValueError, match="cannot copy"):
         small.fork(cache, len(prompt) + 1, 4)
+
+
+def test_the_reuse_eval_times_asked_again_and_follow_ups_through_the_service(sample_service):
+    from evals.prefix_reuse import reuse_markdown, run_reuse
+    from evals.questions import Question
+
+    asked = [Question("q1", "What was the resolution of OPS-107?", "", "")]
+    follow = [Question("f1", "which command restarted it?", "", "", first="Why did dc-pool-07 go offline?")]
+    result = run_reuse(sample_service, asked, follow, max_new_tokens=4)
+    again = result["asked_again"]
+    assert again["cases"] == 1 and again["identical"] == 1 and again["reused_share"] == 1.0
+    assert result["follow_up"]["identical"] == result["follow_up"]["cases"]
+    assert "| asked again | 1 |" in reuse_markdown(result)
+    assert sample_service.engine.prefix_cache.max_entries == 2 and not sample_service.engine.prefix_cache.entries
