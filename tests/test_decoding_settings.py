@@ -288,7 +288,7 @@ def test_exactness_eval_uses_the_effective_settings(tiny_models, small, engine, 
 
     cases = eval_cases(small)
     generation = {"repetition_penalty": 1.4, "logit_bias": {5: 3.0}, "presence_penalty": 0.5}
-    report = run_exactness(engine, cases, max_new_tokens=16, generation=generation)
+    report = run_exactness(engine, cases, max_new_tokens=16, generation=generation, prefix_reuse=False)
     assert report["generation_settings"]["repetition_penalty"] == 1.4
     assert report["generation_settings"]["logit_bias"] == {"5": 3.0}
     assert all(v == len(cases) for v in report["exact"].values()), report["divergences"]
@@ -297,7 +297,7 @@ def test_exactness_eval_uses_the_effective_settings(tiny_models, small, engine, 
     # With the checkpoint's own settings and no request fields, the reference inherits them.
     loaded = load_model(str(checkpoint_with_settings), device="cpu", dtype="float32")
     penalised = SpeculativeEngine(loaded, costs=COSTS)
-    report = run_exactness(penalised, cases, max_new_tokens=16)
+    report = run_exactness(penalised, cases, max_new_tokens=16, prefix_reuse=False)
     assert report["generation_settings"]["from_checkpoint"] == ["repetition_penalty", "no_repeat_ngram_size"]
     assert all(v == len(cases) for v in report["exact"].values()), report["divergences"]
     ref = reference(penalised, cases[0].prompt_ids, 16)
@@ -313,7 +313,7 @@ def test_exactness_eval_catches_an_engine_that_drops_a_setting(small, engine, mo
     monkeypatch.setattr(decoding.request, "effective_settings",
                         lambda config, checkpoint, vocab: real(GenerationConfig(), {}, vocab))
     report = run_exactness(engine, eval_cases(small), max_new_tokens=16, modes=["off"],
-                           generation={"repetition_penalty": 2.0, "no_repeat_ngram_size": 2})
+                           generation={"repetition_penalty": 2.0, "no_repeat_ngram_size": 2}, prefix_reuse=False)
     assert report["exact"]["off"] < 2 and report["divergences"][0]["margin"] is not None
 
 

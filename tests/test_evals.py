@@ -48,18 +48,24 @@ def test_exactness_report_shape(tiny_engine, tiny_cases):
     _, cases = tiny_cases
     report = run_exactness(tiny_engine, cases, max_new_tokens=12)
     assert set(report) >= {"cases", "modes", "exact", "divergences"}
-    assert report["modes"] == ["off", "ngram", "draft_model", "auto"]
+    base = ["off", "ngram", "draft_model", "auto"]
+    assert report["modes"] == base + [f"{m}@{v}" for m in base for v in ("prefix", "again")]
     assert report["exact"] == {m: len(cases) for m in report["modes"]}
+    for case, row in zip(cases, report["cases"]):  # the solo modes reuse nothing; @again reuses it all
+        assert row["modes"]["auto@again"]["reused_tokens"] == len(case.prompt_ids)
+        assert row["modes"]["auto@prefix"]["reused_tokens"] in (0, len(case.prompt_ids) // 2)
     assert report["divergences"] == []
     json.dumps(report)
     assert report["loop_span"] == 0 and set(report["reference_finish"]) <= {"length", "eos"}
     md = exactness_markdown(report)
     assert "| auto | 2/2 | 0 |" in md and "loop stop off" in md and "Contract checked" in md
+    assert "| auto@again | 2/2 | 0 |" in md and "Prefix reuse:" in md
 
 
 def test_the_batched_exactness_modes_hold_each_answer_to_its_solo_greedy(tiny_engine, tiny_cases):
     _, cases = tiny_cases
-    report = run_exactness(tiny_engine, cases * 2, max_new_tokens=12, batch_sizes=(2, 3), loop_span=SPAN)
+    report = run_exactness(tiny_engine, cases * 2, max_new_tokens=12, batch_sizes=(2, 3), loop_span=SPAN,
+                           prefix_reuse=False)
     assert report["modes"][4:] == ["off@b2", "ngram@b2", "draft_model@b2", "auto@b2",
                                    "off@b3", "ngram@b3", "draft_model@b3", "auto@b3"]
     assert report["exact"] == {m: 4 for m in report["modes"]} and report["divergences"] == []
@@ -69,7 +75,7 @@ def test_the_batched_exactness_modes_hold_each_answer_to_its_solo_greedy(tiny_en
 
 def test_exactness_with_the_loop_stop_checks_the_cut_reference(tiny_engine, tiny_cases, tiny_models):
     _, cases = tiny_cases
-    report = run_exactness(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, loop_span=SPAN)
+    report = run_exactness(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, loop_span=SPAN, prefix_reuse=False)
     modes = ["off", "ngram", "draft_model", "auto"]
     assert report["divergences"] == [] and report["exact"] == {m: 2 for m in modes}
     assert report["loop_span"] == SPAN and report["reference_finish"] == {"repetition": 2}
@@ -91,7 +97,8 @@ def test_a_missing_loop_stop_is_a_stop_divergence(tiny_engine, tiny_cases, monke
     checker = decoding.request.StopChecker
     monkeypatch.setattr(decoding.request, "StopChecker",  # the engine ignores loop_span
                         lambda tok, eos, stops, budget, loop_span=0: checker(tok, eos, stops, budget))
-    report = run_exactness(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, modes=["off", "ngram"], loop_span=SPAN)
+    report = run_exactness(tiny_engine, cases, max_new_tokens=LOOP_TOKENS, modes=["off", "ngram"], loop_span=SPAN,
+                           prefix_reuse=False)
     assert report["exact"] == {"off": 0, "ngram": 0} and len(report["divergences"]) == 4
     for d in report["divergences"]:
         row = next(c for c in report["cases"] if c["id"] == d["question_id"])
@@ -235,7 +242,8 @@ def test_saved_cases_replay_on_the_engine_alone(tiny_engine, tiny_cases, tiny_mo
     assert meta["target_model"] == tiny_engine.target.name and meta["loop_span"] == SPAN
     setup = replay_setup({**meta, "target_model": str(tiny_models.path("small"))}, device="cpu", dtype="float32")
     assert setup.service is None and setup.loop_span == SPAN
-    report = run_exactness(setup.engine, loaded, max_new_tokens=meta["max_new_tokens"], loop_span=setup.loop_span)
+    report = run_exactness(setup.engine, loaded, max_new_tokens=meta["max_new_tokens"], loop_span=setup.loop_span,
+                           prefix_reuse=False)
     assert report["divergences"] == [] and report["exact"]["ngram"] == len(cases)
 
 
