@@ -135,7 +135,7 @@ class Job:
 
 class InterleavedBatch:
     """A :class:`BatchLike` over an engine that only streams (``engine.stream(...)``, e.g. a
-    stand-in or a remote engine): its requests take turns, one event each per round."""
+    test stand-in): its requests take turns, one event each per round."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
