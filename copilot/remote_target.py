@@ -281,7 +281,8 @@ class RemoteBatch:
         Raises:
             GenerationSettingError: as :func:`completion_params`.
         """
-        completion_params(config, settings or self.engine.resolve(config))
+        settings = settings if settings is not None else self.engine.resolve(config)  # refused here, not on the thread
+        completion_params(config, settings)
         request = _RemoteRequest(self.engine, self._events, (prompt_ids, config, contexts, cancel, settings))
         self.active.append(request)
         return request, []

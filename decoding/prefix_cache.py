@@ -69,7 +69,7 @@ class Reuse:
         cache: its own KV cache, holding ``tokens`` positions of its prompt.
         tokens: prompt positions already in ``cache`` (0: nothing reused).
         logits: the last prompt position's logits ``(vocab,)`` when the whole prompt is
-            reused (nothing to prefill), else ``None``.
+            reused (nothing to prefill), else ``None``; the parked tensor itself, read only.
     """
 
     cache: KVCache
@@ -139,7 +139,7 @@ class PrefixCache:
             cache = source.cache
             self.target.rollback(cache, best_tokens)
         whole = best_tokens == len(prompt)
-        return Reuse(cache, best_tokens, source.logits.clone() if whole else None)
+        return Reuse(cache, best_tokens, source.logits if whole else None)
 
     def park(self, prompt: Sequence[int], cache: KVCache, logits: torch.Tensor, partition: str = "") -> None:
         """Keep ``cache`` (whose first ``len(prompt)`` positions are ``prompt``'s prefill, whose

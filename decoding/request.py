@@ -227,7 +227,7 @@ class RequestState:
             self._prefilled = end
             if end < len(self.prompt):
                 return None
-            self._prompt_logits = logits.clone()
+            self._prompt_logits = logits
         self.clock.prefilled()
         committed = self.stop.accept([self.sampling.choose(self.prompt, self._prompt_logits.clone())])
         stats.record_first()
