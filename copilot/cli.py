@@ -208,7 +208,7 @@ def ask(question: str = typer.Argument(..., help="the question"),
         delta = assembler.add(event)
         if not as_json:
             console.print(delta, end="", soft_wrap=True, highlight=False, markup=False)
-    if not prepared.prompt.sources:
+    if not prepared.prompt.turn_sources:
         err.print("no sources: the store is empty or nothing matched")
     answer = assembler.answer()
     if as_json:

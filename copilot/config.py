@@ -94,6 +94,10 @@ class Settings(BaseSettings):
                               "prefix reuse (a question asked again is not prefilled; a prompt sharing whole "
                               "prefill chunks copies them); on llama.cpp each holds an idle sequence slot (the "
                               "engine has max_batch + max(this, 2)), given up to a new request that needs it (0 = off)")
+    conversation_turns: int = Field(4, ge=0, le=16, description="a follow-up's earlier questions shown to the "
+                                    "model with their own sources, as first asked (searched again), so the previous "
+                                    "prompt is a prefix of the next and its KV cache is reused; sources are numbered "
+                                    "across the conversation (0 = earlier turns as bare text, citations removed)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch and llama.cpp (default: torch's)")
     loop_stop: bool = Field(True, description="end an answer that starts repeating itself (finish_reason "
                             "'repetition'), cut before the repeats")

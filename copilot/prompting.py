@@ -16,7 +16,8 @@ How a source is shown (:class:`PromptStyle`) was tuned by measurement per model 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -168,13 +169,17 @@ class BuiltPrompt:
         input_ids: the chat-templated prompt token ids.
         sources: the sources shown to the model, numbered as cited (``[n]`` = ``sources[n-1]``).
         context_ids: token ids of every retrieved chunk (shown or not) for the n-gram drafter.
-        history_turns: how many history turns fit (the most recent ones).
+        history_turns: how many history messages fit (the most recent ones).
+        turn_sources: the sources retrieved for this question as shown, numbered as cited; the
+            same as ``sources`` unless earlier turns are shown with their own sources
+            (:mod:`copilot.conversation`), whose sources then come first in ``sources``.
     """
 
     input_ids: list[int]
     sources: list[Source]
     context_ids: list[list[int]]
     history_turns: int
+    turn_sources: list[Source] = field(default_factory=list)
 
 
 def format_source(source: Source, passages: str = "chunks") -> str:
@@ -194,12 +199,21 @@ def format_source(source: Source, passages: str = "chunks") -> str:
     return f"[{source.n}] {source.header}\n{body.strip()}"
 
 
-def _system(style: PromptStyle, instructions: str) -> str:
+def system_message(style: PromptStyle, instructions: str = "") -> str:
     """OpsCopilot's instructions, then the client's own (its system message), if any."""
     return f"{style.system}\n\n{instructions}" if instructions else style.system
 
 
-def _template(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+def user_message(style: PromptStyle, blocks: list[str], question: str) -> str:
+    """A question's user message: its formatted sources (``blocks``, best first) and the question."""
+    shown = list(reversed(blocks)) if style.best_last else blocks
+    context = "\n\n".join(shown) if shown else "(no sources)"
+    ask = f"{question}\n{style.answer_hint}" if style.answer_hint else question
+    return f"Sources:\n\n{context}\n\nQuestion: {ask}"
+
+
+def template_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    """``messages`` chat-templated with the generation prompt: the token ids the target reads."""
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
     return list(ids)
@@ -208,13 +222,10 @@ def _template(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]
 def _render(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, blocks: list[str],
             history: list[ChatTurn], question: str, instructions: str = "") -> list[int]:
     """Chat-template the prompt; ``blocks`` are the formatted sources, best first."""
-    shown = list(reversed(blocks)) if style.best_last else blocks
-    context = "\n\n".join(shown) if shown else "(no sources)"
-    ask = f"{question}\n{style.answer_hint}" if style.answer_hint else question
-    messages = [{"role": "system", "content": _system(style, instructions)}]
+    messages = [{"role": "system", "content": system_message(style, instructions)}]
     messages += [{"role": t.role, "content": t.content} for t in history]
-    messages.append({"role": "user", "content": f"Sources:\n\n{context}\n\nQuestion: {ask}"})
-    return _template(tokenizer, messages)
+    messages.append({"role": "user", "content": user_message(style, blocks, question)})
+    return template_ids(tokenizer, messages)
 
 
 def bare_prompt_tokens(tokenizer: PreTrainedTokenizerBase, question: str, style: PromptStyle | None = None,
@@ -248,16 +259,7 @@ def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: lis
     bare = len(_render(tokenizer, style, [], [], question, instructions))
     if bare > budget_tokens:
         raise PromptTooLongError(f"the question needs {bare} prompt tokens; the budget is {budget_tokens}")
-    chosen: list[Source] = []
-    blocks: list[str] = []
-    for source in sources:
-        candidate = replace(source, n=len(chosen) + 1)
-        for mode in dict.fromkeys([style.passages, "highlights"]):  # whole, else its evidence lines
-            block = format_source(candidate, mode)
-            if len(_render(tokenizer, style, blocks + [block], [], question, instructions)) <= budget_tokens:
-                chosen.append(candidate)
-                blocks.append(block)
-                break
+    chosen, blocks = fit_sources(tokenizer, style, sources, question, budget_tokens, instructions)
     if sources and not chosen:
         raise PromptTooLongError(f"no source fits next to the question within the prompt budget of {budget_tokens} "
                                  f"tokens (the question needs {bare}); shorten the question")
@@ -267,9 +269,39 @@ def build_prompt(tokenizer: PreTrainedTokenizerBase, question: str, sources: lis
             break
         kept.insert(0, turn)
     ids = _render(tokenizer, style, blocks, kept, question, instructions)
-    context_ids = [tokenizer(p.chunk.text, add_special_tokens=False)["input_ids"]
-                   for s in sources for p in s.passages]
-    return BuiltPrompt(ids, chosen, context_ids, len(kept))
+    return BuiltPrompt(ids, chosen, context_ids(tokenizer, sources), len(kept), chosen)
+
+
+def context_ids(tokenizer: PreTrainedTokenizerBase, sources: list[Source]) -> list[list[int]]:
+    """Token ids of every retrieved chunk of ``sources`` (shown or not), for the n-gram drafter."""
+    return [tokenizer(p.chunk.text, add_special_tokens=False)["input_ids"] for s in sources for p in s.passages]
+
+
+def fit_sources(tokenizer: PreTrainedTokenizerBase, style: PromptStyle, sources: list[Source], question: str,
+                budget_tokens: int, instructions: str = "", seen: Mapping[str, Source] | None = None,
+                first_n: int = 1) -> tuple[list[Source], list[str]]:
+    """The sources shown with ``question``, and their formatted blocks, fitted into ``budget_tokens``
+    as if the question were asked alone.
+
+    Sources are taken in rank order while they fit; one that does not fit whole is tried as its
+    evidence lines; a later, shorter one may still fit. A source already shown earlier in the
+    conversation (``seen``, by document id) keeps its number; new ones are numbered from
+    ``first_n`` in rank order.
+    """
+    seen = seen or {}
+    chosen: list[Source] = []
+    blocks: list[str] = []
+    for source in sources:
+        earlier = seen.get(source.doc_id)
+        n = earlier.n if earlier is not None else first_n + sum(c.doc_id not in seen for c in chosen)
+        candidate = replace(source, n=n)
+        for mode in dict.fromkeys([style.passages, "highlights"]):  # whole, else its evidence lines
+            block = format_source(candidate, mode)
+            if len(_render(tokenizer, style, blocks + [block], [], question, instructions)) <= budget_tokens:
+                chosen.append(candidate)
+                blocks.append(block)
+                break
+    return chosen, blocks
 
 
 
@@ -287,7 +319,7 @@ def chat_prompt(tokenizer: PreTrainedTokenizerBase, question: str, budget_tokens
     history = list(history or [])
 
     def render(turns: list[ChatTurn]) -> list[int]:
-        return _template(tokenizer, system + [{"role": t.role, "content": t.content} for t in turns] + last)
+        return template_ids(tokenizer, system + [{"role": t.role, "content": t.content} for t in turns] + last)
 
     bare = len(render([]))
     if bare > budget_tokens:

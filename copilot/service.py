@@ -15,6 +15,7 @@ from copilot.access import FULL_ACCESS, Access
 from copilot.answer_shape import addition
 from copilot.citations import CitationFilter, cited_numbers
 from copilot.config import Settings
+from copilot.conversation import EarlierTurn, build_conversation_prompt
 from copilot.followup import standalone_question
 from copilot.grounding import DocumentText, Grounding, assess, entity_order, not_found_answer, question_entities
 from copilot.prompting import (
@@ -149,7 +150,7 @@ class AnswerAssembler:
         stats["finish_reason"] = reason
         if not self.prepared.question.retrieves:  # the messages as sent: nothing to cite or check against
             return Answer(self.text, [], stats, reason)
-        if not prompt.sources:
+        if not prompt.turn_sources:
             stats["no_context"] = True
         grounding = self.prepared.grounding
         checked = check_literals(self.text, prompt.sources, self.prepared.question.text)
@@ -171,7 +172,7 @@ class AnswerFeed:
 
     def __init__(self, n_sources: int | None, sources: Sequence[Source] = ()) -> None:
         self.citations = CitationFilter(n_sources) if n_sources is not None else None
-        self.sources = list(sources)
+        self.sources = list(sources)  # the question's own: what an addition quotes or lists
 
     @classmethod
     def for_prepared(cls, prepared: Prepared) -> "AnswerFeed":
@@ -179,7 +180,7 @@ class AnswerFeed:
         the text as generated otherwise."""
         if not prepared.question.retrieves:
             return cls(None)
-        return cls(len(prepared.prompt.sources), prepared.prompt.sources)
+        return cls(len(prepared.prompt.sources), prepared.prompt.turn_sources)
 
     def convert(self, event: StreamEvent) -> AnswerEvent:
         """The answer event for an engine event (the last one carries the result, and after the
@@ -485,10 +486,33 @@ class CopilotService:
         if not question.retrieves:
             return Prepared(question, self._unretrieved_prompt(question), (time.perf_counter() - t0) * 1000)
         sources = self.search(question.text, question.max_sources, question.flt, question.access)
-        prompt = build_prompt(self.engine.target.tokenizer, question.text, sources, question.prompt_budget,
-                              list(question.history), self.style, question.instructions)
-        grounding = self.ground(question.text, prompt.sources)
+        tokenizer = self.engine.target.tokenizer
+        turns = self.earlier_turns(question) if sources else []
+        prompt = build_conversation_prompt(tokenizer, question.text, sources, question.prompt_budget, turns,
+                                           self.style, question.instructions) if turns else None
+        if prompt is None:
+            prompt = build_prompt(tokenizer, question.text, sources, question.prompt_budget,
+                                  list(question.history), self.style, question.instructions)
+        grounding = self.ground(question.text, prompt.turn_sources)
         return Prepared(question, prompt, (time.perf_counter() - t0) * 1000, grounding)
+
+    def earlier_turns(self, question: Question) -> list[EarlierTurn]:
+        """The last ``conversation_turns`` questions of ``question.history`` that have an answer,
+        oldest first, each rewritten and searched again as it was asked (the same rewrite,
+        ``max_sources``, filters and access as this question: :mod:`copilot.conversation`);
+        ``[]`` when the setting is 0 or an earlier question is no longer valid."""
+        history, limit = question.history, self.settings.conversation_turns
+        asked = [i for i in range(len(history) - 1)
+                 if history[i].role == "user" and history[i + 1].role == "assistant"][-limit:] if limit else []
+        turns = []
+        for i in asked:
+            try:
+                text = standalone_question(self._clean(history[i].content), history[:i])
+            except ValueError:
+                return []
+            sources = self.search(text, question.max_sources, question.flt, question.access)
+            turns.append(EarlierTurn(text, tuple(sources), history[i + 1].content))
+        return turns
 
     def ground(self, question: str, sources: list[Source]) -> Grounding:
         """Whether ``sources`` (as shown) can answer ``question`` (:func:`copilot.grounding.assess`)."""
@@ -506,12 +530,12 @@ class CopilotService:
         fixed = None
         if not prepared.question.retrieves:
             return None
-        if not prepared.prompt.sources:
+        if not prepared.prompt.turn_sources:
             question = prepared.question
             filtered = question.flt is not None and question.flt != SearchFilter()
             fixed = no_context_answer(self.store.count_documents() == 0, filtered, not question.access.reads_all)
         elif not prepared.grounding.answerable:
-            titles = [" ".join(str(s.metadata.get("title") or s.doc_id).split()) for s in prepared.prompt.sources]
+            titles = [" ".join(str(s.metadata.get("title") or s.doc_id).split()) for s in prepared.prompt.turn_sources]
             fixed = not_found_answer(prepared.grounding, titles)
         if fixed is None:
             return None

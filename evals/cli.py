@@ -274,6 +274,8 @@ def load(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir:
          repeats: int = typer.Option(1, min=1, help="runs per cell (modes reversed on every second)"),
          overload_clients: int = typer.Option(16, min=1), overload_s: float = typer.Option(
              60.0, min=0, help="overload phase length (s; 0 = none)"),
+         retry_wait_cap_s: float = typer.Option(600.0, min=1, help="overload: longest Retry-After a refused "
+                                                 "client waits before its retry (s)"),
          burst: int = typer.Option(100, min=0, help="questions sent at one instant at the end (0 = none)"),
          newcomers: int = typer.Option(4, min=0, help="newcomers phase: questions arriving while 4 others "
                                                           "stream 96-token answers (0 = no such phase)"),
@@ -298,7 +300,7 @@ def load(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir:
                                  f"{modes!r}", param_hint="--levels/--modes")
     args = LoadArgs(level_list, mode_list, n_questions, max_new_tokens, max_sources, fixed_gamma, repeats,
                     overload_clients, overload_s, burst, newcomers=newcomers, max_batch=max_batch,
-                    queue_size=queue_size, api_key=api_key)
+                    queue_size=queue_size, api_key=api_key, retry_wait_cap_s=retry_wait_cap_s)
     qs = questions_from(questions, n_questions)
     out_dir = report or Path(tempfile.mkdtemp(prefix="opscopilot-load-"))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -117,8 +117,11 @@ def test_history_and_system_messages(client):
                   {"role": "user", "content": "Tell me about the dCache pool incident."},
                   {"role": "assistant", "content": "dc-pool-07 lost a disk in slot 14."},
                   {"role": "user", "content": [{"type": "text", "text": QUESTION}]}])
-    # retrieval ran on the last user message only
-    assert resp.model_extra["sources"][0]["doc_id"].endswith("#OPS-107")
+    # the earlier question is shown with its own sources first, numbered across the conversation,
+    # then the last user message's: its best document is among them
+    sources = resp.model_extra["sources"]
+    assert [s["n"] for s in sources] == list(range(1, len(sources) + 1))
+    assert any(s["doc_id"].endswith("#OPS-107") for s in sources)
     assert resp.usage.completion_tokens <= 4
 
 

@@ -35,6 +35,7 @@ def test_the_load_eval_reports_every_cell_the_goals_and_the_overload(sample_serv
     assert arriving["statuses"] == [200] and arriving["gaps"] >= 10 and arriving["itl_ms_p95"] >= arriving["itl_ms_p50"]
     over = report["overload"]
     assert over["http_5xx_other"] == 0 and over["http_503_without_retry_after"] == 0 and over["ok"] > 0
+    assert report["goals"]["overload_first_retry_admitted"] == over["first_retries_admitted_share"]
     assert sum(report["burst"]["statuses"].values()) == 6 and set(report["burst"]["statuses"]) <= {"200", "503"}
     md = load_markdown(report)
     assert "## Goals" in md and "newcomers arrive" in md and "| 2 | " in md and "identical to solo" in md

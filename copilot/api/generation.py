@@ -293,7 +293,7 @@ class QuestionJob(Job):
             return
         if result.finish_reason == "cancelled":
             self.metrics.observe_generation("cancelled")
-        elif self.question.retrieves and not self.prepared.prompt.sources:
+        elif self.question.retrieves and not self.prepared.prompt.turn_sources:
             self.metrics.observe_generation("no_context")
         else:
             self.metrics.observe_generation(result.finish_reason, result.stats.to_dict())
