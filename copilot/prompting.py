@@ -5,7 +5,9 @@ Budget: ``max_prompt_tokens`` (capped by the target's context window minus
 conversation history, **in that order of priority**: sources are added in rank order
 while they fit (a source that does not fit whole is shown by its evidence lines), then
 history fills what is left, newest turn first (the oldest are dropped). Citation
-markers in earlier assistant turns are removed: they pointed at another turn's sources.
+markers in earlier assistant turns are removed: they pointed at another turn's sources. (By
+default a follow-up shows its earlier turns with their own sources instead, numbered across the
+conversation: :mod:`copilot.conversation`; this bare-text history is its fallback.)
 Every retrieved chunk — also those cut for the budget — seeds the n-gram drafter.
 
 How a source is shown (:class:`PromptStyle`) was tuned by measurement per model family

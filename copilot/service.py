@@ -487,7 +487,7 @@ class CopilotService:
             return Prepared(question, self._unretrieved_prompt(question), (time.perf_counter() - t0) * 1000)
         sources = self.search(question.text, question.max_sources, question.flt, question.access)
         tokenizer = self.engine.target.tokenizer
-        turns = self.earlier_turns(question) if sources else []
+        turns = self._earlier_turns(question) if sources else []
         prompt = build_conversation_prompt(tokenizer, question.text, sources, question.prompt_budget, turns,
                                            self.style, question.instructions) if turns else None
         if prompt is None:
@@ -496,7 +496,7 @@ class CopilotService:
         grounding = self.ground(question.text, prompt.turn_sources)
         return Prepared(question, prompt, (time.perf_counter() - t0) * 1000, grounding)
 
-    def earlier_turns(self, question: Question) -> list[EarlierTurn]:
+    def _earlier_turns(self, question: Question) -> list[EarlierTurn]:
         """The last ``conversation_turns`` questions of ``question.history`` that have an answer,
         oldest first, each rewritten and searched again as it was asked (the same rewrite,
         ``max_sources``, filters and access as this question: :mod:`copilot.conversation`);
