@@ -8,9 +8,11 @@ operator, through the service's own path (retrieval, prompt, engine), on two wor
 Each case runs with reuse off, on, on, off (A B B A; a case the service answers without the
 model is left out), and the medians are compared: time to first token (TTFT, ms, from the
 engine's stats), the prompt positions reused, and whether the timed answer is the same text
-either way (it must be: reuse is exact). Retrieval and prompt building come before the engine
-starts its clock; their median is reported beside TTFT, since the operator waits for both (a
-follow-up searches its earlier questions again: :mod:`copilot.conversation`).
+either way (it must be: reuse is exact). A follow-up is also timed, before and after the others,
+with its earlier turn as bare text and no reuse (``conversation_turns = 0``: the prompt before
+:mod:`copilot.conversation`), which is what the operator waited before. Retrieval and prompt
+building come before the engine starts its clock; their median is reported beside TTFT, since
+the operator waits for both (a follow-up searches its earlier questions again).
 """
 
 from __future__ import annotations
@@ -69,19 +71,24 @@ def run_reuse(service: CopilotService, questions: list[Question], followups: lis
         the per-case rows.
     """
     entries = service.engine.prefix_cache.max_entries or 2
+    bare = CopilotService(service.settings.model_copy(update={"conversation_turns": 0}), service.store, service.engine)
     out = {}
     try:
         for name, cases in (("asked_again", [Question(q.id, q.question, "", "") for q in questions]),
                             ("follow_up", followups)):
             rows = []
             for q in cases:
+                before = [_run(bare, q, False, entries, max_new_tokens)] if q.first else []
                 off1 = _run(service, q, False, entries, max_new_tokens)
                 if not off1.ttft_ms:
                     continue  # answered "not found" without the model: nothing to time
                 on1 = _run(service, q, True, entries, max_new_tokens)
                 on2 = _run(service, q, True, entries, max_new_tokens)
                 off2 = _run(service, q, False, entries, max_new_tokens)
+                before += [_run(bare, q, False, entries, max_new_tokens)] if q.first else []
                 rows.append({"id": q.id, "prompt_tokens": on1.prompt_tokens, "reused_tokens": on1.reused_tokens,
+                             "bare_ttft_ms": statistics.median([b.ttft_ms for b in before]) if before else None,
+                             "bare_prompt_tokens": before[0].prompt_tokens if before else None,
                              "ttft_off_ms": statistics.median([off1.ttft_ms, off2.ttft_ms]),
                              "ttft_on_ms": statistics.median([on1.ttft_ms, on2.ttft_ms]),
                              "retrieval_ms": statistics.median([r.retrieval_ms for r in (off1, on1, on2, off2)]),
@@ -101,6 +108,8 @@ def _summary(rows: list[dict]) -> dict:
     return {"cases": len(rows), "ttft_off_ms": round(off, 1), "ttft_on_ms": round(on, 1),
             "ttft_ratio": round(on / off, 3) if off else None,
             "retrieval_ms": round(statistics.median(r["retrieval_ms"] for r in rows), 1),
+            "bare_ttft_ms": (round(statistics.median(r["bare_ttft_ms"] for r in rows), 1)
+                             if all(r["bare_ttft_ms"] is not None for r in rows) else None),
             "reused_share": round(sum(r["reused_tokens"] for r in rows) / sum(r["prompt_tokens"] for r in rows), 3),
             "identical": sum(r["identical"] for r in rows), "rows": rows}
 
@@ -112,10 +121,11 @@ def reuse_markdown(result: dict, hardware: dict | None = None) -> str:
         lines += [f"Target `{hardware.get('target_model')}` on {hardware.get('backend')}, "
                   f"{hardware.get('torch_threads')} threads.", ""]
     lines += ["| workload | cases | median TTFT off (ms) | median TTFT on (ms) | on ÷ off | prompt reused | "
-              "same answer | retrieval + prompt (ms) |", "|---|---|---|---|---|---|---|---|"]
+              "same answer | retrieval + prompt (ms) | before: earlier turns as bare text, no reuse (ms) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for name, s in result.items():
         if s["cases"]:
             lines.append(f"| {name.replace('_', ' ')} | {s['cases']} | {s['ttft_off_ms']} | {s['ttft_on_ms']} | "
                          f"{s['ttft_ratio']} | {s['reused_share']:.0%} | {s['identical']}/{s['cases']} | "
-                         f"{s['retrieval_ms']} |")
+                         f"{s['retrieval_ms']} | {s['bare_ttft_ms'] or '–'} |")
     return "\n".join(lines) + "\n"

@@ -96,7 +96,8 @@ def test_the_reuse_eval_times_asked_again_and_follow_ups_through_the_service(sam
     result = run_reuse(sample_service, asked, follow, max_new_tokens=4)
     again = result["asked_again"]
     assert again["cases"] == 1 and again["identical"] == 1 and again["reused_share"] == 1.0
-    assert again["retrieval_ms"] > 0
+    assert again["retrieval_ms"] > 0 and again["bare_ttft_ms"] is None
+    assert result["follow_up"]["bare_ttft_ms"] > 0  # the follow-up before conversations: bare history, no reuse
     assert result["follow_up"]["identical"] == result["follow_up"]["cases"]
     assert "| asked again | 1 |" in reuse_markdown(result)
     assert sample_service.engine.prefix_cache.max_entries == 2 and not sample_service.engine.prefix_cache.entries
