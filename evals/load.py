@@ -67,9 +67,11 @@ class Answer:
 
 
 async def ask(client: httpx.AsyncClient, question: str, mode: str, level: int, max_new_tokens: int, max_sources: int,
-              fixed_gamma: int, timeout_s: float, first_text: asyncio.Event | None = None) -> Answer:
+              fixed_gamma: int, timeout_s: float, first_text: asyncio.Event | None = None,
+              headers: dict[str, str] | None = None) -> Answer:
     """Stream one ``/v1/ask`` answer; never raises (errors become an :class:`Answer` with their status).
-    ``first_text`` is set once its first text arrived (or it ended without any)."""
+    ``first_text`` is set once its first text arrived (or it ended without any); ``headers`` are
+    sent besides the client's own."""
     body = {"question": question, "stream": True, "max_new_tokens": max_new_tokens, "max_sources": max_sources,
             "speculation": mode}
     if mode == "fixed":
@@ -78,7 +80,7 @@ async def ask(client: httpx.AsyncClient, question: str, mode: str, level: int, m
     answer = Answer(level, mode, question, 0, 0.0)
     buffer = ""
     try:
-        async with client.stream("POST", "/v1/ask", json=body, timeout=timeout_s) as r:
+        async with client.stream("POST", "/v1/ask", json=body, timeout=timeout_s, headers=headers) as r:
             answer.status = r.status_code
             if r.status_code != 200:
                 answer.retry_after = r.headers.get("retry-after")
@@ -167,9 +169,15 @@ def summarise_cell(answers: list[Answer], wall_s: float, solo: dict[str, str]) -
 
 async def overload(client: httpx.AsyncClient, questions: list[str], args) -> dict:
     """``args.overload_clients`` closed-loop clients for ``args.overload_s`` seconds; each 503
-    waits its whole Retry-After (at most ``args.retry_wait_cap_s``) and asks the same question
-    again. The others keep asking until every refused client has made that retry, so a retry
-    competes with fresh questions as it would under steady load (was it admitted?)."""
+    refused in the phase waits its whole Retry-After (at most ``args.retry_wait_cap_s``) and asks
+    the same question again. The others keep asking until every refused client has made that
+    retry, so a retry competes with fresh questions as it would under steady load (was it
+    admitted?); a refusal after the phase ends that client.
+
+    A refusal reserves a place for who asked what (:mod:`copilot.api.reservations`): the
+    ``Authorization`` header, else the address. All clients here share one address, and two ask
+    the same question, so against a server without keys (``args.api_key`` empty) each client
+    sends a bearer of its own, as separate operators would have; with a key they share it."""
     deadline = time.monotonic() + args.overload_s
     hard_stop = deadline + args.retry_wait_cap_s
     answers: list[Answer] = []
@@ -183,13 +191,15 @@ async def overload(client: httpx.AsyncClient, questions: list[str], args) -> dic
     async def client_loop(n: int) -> None:
         nonlocal waiting
         i, retry = n, 0  # retry: how many times this question was refused so far
+        caller = None if args.api_key else {"Authorization": f"Bearer load-client-{n}"}
         while retry or phase_open():
             a = await ask(client, questions[i % len(questions)], "adaptive", args.overload_clients,
-                          args.max_new_tokens, args.max_sources, args.fixed_gamma, args.request_timeout)
+                          args.max_new_tokens, args.max_sources, args.fixed_gamma, args.request_timeout,
+                          headers=caller)
             answers.append(a)
             if retry == 1:
                 first_retries.append(a.status == 200)
-            if a.status == 503 and phase_open():
+            if a.status == 503 and time.monotonic() < deadline:  # refused in the phase: wait, ask again
                 retry += 1
                 waiting += 1
                 try:
