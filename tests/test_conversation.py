@@ -103,3 +103,13 @@ def test_with_no_conversation_turns_earlier_turns_are_bare_text(sample_service):
     text = service.engine.target.tokenizer.decode(follow.prompt.input_ids)
     assert "It was reverted." in text and text.count("Sources:") == 1
     assert follow.prompt.sources == follow.prompt.turn_sources
+
+
+@pytest.mark.slow
+def test_an_earlier_question_no_longer_valid_falls_back_to_bare_history(sample_service):
+    service = sample_service
+    too_long = "x" * (service.settings.max_question_chars + 1)
+    history = (ChatTurn("user", too_long), ChatTurn("assistant", "It was reverted [2]."))
+    follow = service.prepare(service.question(FIRST, history=history, max_new_tokens=8))
+    text = service.engine.target.tokenizer.decode(follow.prompt.input_ids)
+    assert text.count("Sources:") == 1 and follow.prompt.sources == follow.prompt.turn_sources
