@@ -23,11 +23,12 @@ from pydantic_settings import (
 )
 
 from copilot.access import KeyRing, KeysFile, load_keys_file
-from copilot.grounding import MIN_SUPPORT
-from decoding.config import DEFAULT_MAX_NEW_TOKENS
-from decoding.drafter import DraftingMode
-from decoding.embedded import QWEN_CODER_05B, QWEN_CODER_15B
-from decoding.models import resolve_device
+from copilot.answer.grounding import MIN_SUPPORT
+from decoding.backends.embedded import QWEN_CODER_05B, QWEN_CODER_15B
+from decoding.backends.models import resolve_device
+from decoding.config import DEFAULT_CONFIG, DEFAULT_MAX_NEW_TOKENS
+from decoding.core import DEFAULT_ENGINE_CONFIG
+from decoding.drafters.base import DraftingMode
 from ingestion.stores.database import mask_url
 
 #: ``target_model`` default: the measured best per device (:func:`default_target`).
@@ -84,13 +85,15 @@ class Settings(BaseSettings):
     target_timeout_s: float = Field(300.0, gt=0, le=3600, description="one request to target_url (s)")
     dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
         "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
-    drafting: DraftingMode = DraftingMode.AUTO
-    num_speculative_tokens: int = Field(16, ge=1, le=32)
-    max_ngram: int = Field(4, ge=1, le=16)
-    min_ngram: int = Field(1, ge=1, le=16)
-    answer_history: int = Field(32, ge=0, le=512, description="recent answers the n-gram drafter also drafts from "
+    drafting: DraftingMode = DEFAULT_CONFIG.speculation.drafting
+    num_speculative_tokens: int = Field(DEFAULT_CONFIG.speculation.num_speculative_tokens, ge=1, le=32)
+    max_ngram: int = Field(DEFAULT_ENGINE_CONFIG.max_ngram, ge=1, le=16)
+    min_ngram: int = Field(DEFAULT_ENGINE_CONFIG.min_ngram, ge=1, le=16)
+    answer_history: int = Field(DEFAULT_ENGINE_CONFIG.answer_history, ge=0, le=512,
+                                description="recent answers the n-gram drafter also drafts from "
                                 "(0 = none; answers are shared by the users of one access scope)")
-    prefix_cache: int = Field(2, ge=0, le=64, description="finished answers whose prompt KV cache is kept for exact "
+    prefix_cache: int = Field(DEFAULT_ENGINE_CONFIG.prefix_cache_entries, ge=0, le=64,
+                              description="finished answers whose prompt KV cache is kept for exact "
                               "prefix reuse (a question asked again is not prefilled; a prompt sharing whole "
                               "prefill chunks copies them); on llama.cpp each holds an idle sequence slot (the "
                               "engine has max_batch + max(this, 2)), given up to a new request that needs it (0 = off)")
@@ -109,7 +112,7 @@ class Settings(BaseSettings):
                               "prompt style's)")
     prompt_style: str = Field("default", description="how sources are shown to the model: default (the measured "
                               "best for the target's family) or a name from "
-                              "copilot.prompting.PROMPT_STYLES (tuned by copilot eval answers)")
+                              "copilot.answer.prompting.PROMPT_STYLES (tuned by copilot eval answers)")
     max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=0, description="answer budget when a request names none "
                                 "(tokens)")
     max_new_tokens_cap: int = Field(1024, ge=1, description="requests asking for more get a 400")
@@ -189,7 +192,7 @@ class Settings(BaseSettings):
     @field_validator("prompt_style")
     @classmethod
     def _known_style(cls, v: str) -> str:
-        from copilot.prompting import PROMPT_STYLES
+        from copilot.answer.prompting import PROMPT_STYLES
 
         if v != "default" and v not in PROMPT_STYLES:
             raise ValueError(f"unknown prompt style {v!r}; known: {', '.join(PROMPT_STYLES)}")
@@ -239,7 +242,7 @@ class Settings(BaseSettings):
         """Where files uploaded to ``POST /v1/ingest`` are kept (``data_dir/uploads/<folder>/<name>``)."""
         return self.data_dir / "uploads"
 
-    def masked(self) -> dict:
+    def masked(self) -> dict[str, object]:
         """Effective settings as JSON-able values; API keys and URL passwords masked."""
         out = self.model_dump(mode="json")
         out["api_keys"] = ["***" for _ in self.api_keys]

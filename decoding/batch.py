@@ -1,55 +1,53 @@
 """Continuous batching: requests that join and leave between rounds share each target pass.
 
-A :class:`Batch` holds the engine's running requests (:class:`~decoding.request.RequestState`).
+A :class:`Batch` holds running requests of one engine (:class:`~decoding.request.RequestState`).
 :meth:`Batch.add` admits one: into an idle batch its prefill runs at once; while others
 decode it is prefilled one chunk per round (chunked prefill on the target's fixed
-boundaries, :attr:`~decoding.target.Target.prefill_chunk`), so the admitted streams keep
+boundaries, :attr:`~decoding.backends.target.Target.prefill_chunk`), so the admitted streams keep
 getting tokens while a newcomer prefills. :meth:`Batch.step` runs one round for all: each
 request plans (alone: its own policy, exactly as today; in a
-batch: γ per request from the batch's cost, :mod:`decoding.batch_policy`) and drafts, one
-target pass verifies every request's draft (:meth:`Target.forward <decoding.target.Target.forward>`: each
+batch: γ per request from the batch's cost, :mod:`decoding.planning.batch_policy`) and drafts, one
+target pass verifies every request's draft (:meth:`Target.forward <decoding.backends.target.Target.forward>`: each
 request attends to its own KV cache), and each commits through its own stop checker. A
 finished or cancelled request leaves at the round boundary; the others never notice
 (iteration-level scheduling, Yu et al., OSDI 2022 "Orca").
 
 Exactness: a request's logits come from its own KV cache and positions; only the
-linears' summation order differs from its solo pass (DESIGN.md, "Numerics"). The seeded
-sample of a request is drawn with noise seeded by (seed, position), so it does not
-depend on who shares the batch. ``evals/exactness.py --batched`` checks both.
+linears' summation order differs from its solo pass (evals/results/README.md, "The exactness
+contract"). The seeded sample of a request is drawn with noise seeded by (seed, position), so
+it does not depend on who shares the batch. ``evals/exactness.py --batched`` checks both.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
-from decoding.batch_policy import BatchSpeculation, allocate
 from decoding.config import DEFAULT_CONFIG, GenerationConfig
-from decoding.draft_model_drafter import propose_together
+from decoding.core import EngineCore
+from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.logits import LogitsSettings
-from decoding.policy import Decision
-from decoding.request import RequestState, StreamEvent
+from decoding.planning.batch_policy import BatchSpeculation, allocate
+from decoding.planning.policy import Decision
+from decoding.request import RequestState, StreamEvent, chains, check_cancel, fixed_plan, gamma_max, plan_alone
 from decoding.stats import Stopwatch
-
-if TYPE_CHECKING:
-    from decoding.engine import SpeculativeEngine
 
 
 class Batch:
     """Running requests of one engine that share each target pass.
 
     Args:
-        engine: the engine (its target, drafters, shared tables and lock).
-        speculation: how a batch of ≥ 2 chooses γ; ``None`` = ``engine.batch_speculation``.
+        core: the engine's core (its target, drafters, shared tables and lock).
+        speculation: how a batch of ≥ 2 chooses γ; ``None`` = the core's ``batch_speculation``.
 
-    Not thread-safe on its own: one thread drives a batch (each call takes the engine's
+    Not thread-safe on its own: one thread drives a batch (each call takes the core's
     lock, so other batches and streams of the same engine take turns with it).
     """
 
-    def __init__(self, engine: "SpeculativeEngine", speculation: BatchSpeculation | None = None) -> None:
-        self.engine = engine
-        self.speculation = speculation or engine.batch_speculation
+    def __init__(self, core: EngineCore, speculation: BatchSpeculation | None = None) -> None:
+        self.core = core
+        self.speculation = speculation or core.config.batch_speculation
         self.active: list[RequestState] = []
 
     def __len__(self) -> int:
@@ -62,7 +60,7 @@ class Batch:
         its first token; while others decode, leave its prefill to :meth:`step`, a chunk a round.
 
         ``settings`` are ``config``'s effective logits settings when the caller resolved them
-        already (:meth:`~decoding.engine.SpeculativeEngine.resolve`); else they are resolved here.
+        already (:meth:`~decoding.core.EngineCore.resolve`); else they are resolved here.
 
         Returns:
             Its state and its first events: none while its prefill waits for the rounds, else
@@ -70,17 +68,21 @@ class Batch:
             one, EOS first).
         Raises:
             PromptError, ValueError, GenerationSettingError: as
-                :meth:`~decoding.engine.SpeculativeEngine.check_request`; nothing is admitted.
+                :meth:`~decoding.core.EngineCore.check_request`; nothing is admitted.
         """
-        prompt, lists = self.engine.check_request(prompt_ids, config, contexts)
-        state = RequestState(self.engine, prompt, config, lists, cancel, settings)
-        with self.engine._lock, torch.inference_mode():
+        prompt, lists = self.core.check_request(prompt_ids, config, contexts)
+        state = RequestState(self.core, prompt, config, lists, cancel, settings)
+        with self.core.lock, torch.inference_mode():
             self._use_engine_threads()
             if any(not s.prefilling for s in self.active):
                 state.begin()
                 events = [] if state.prefilling else [state.prefill_chunk() or StreamEvent("")]
-            else:
-                events = [state.start()]
+            else:  # its whole prefill now
+                state.begin()
+                first = None
+                while first is None:
+                    first = state.prefill_chunk()
+                events = [first]
             if state.done:
                 events.append(state.finish())
             else:
@@ -99,10 +101,10 @@ class Batch:
         if not self.active:
             return []
         events: list[tuple[RequestState, StreamEvent]] = []
-        with self.engine._lock, torch.inference_mode():
+        with self.core.lock, torch.inference_mode():
             self._use_engine_threads()
             for state in self.active:
-                state.check_cancel()
+                check_cancel(state)
             running = [s for s in self.active if not s.done and not s.prefilling]
             newcomer = next((s for s in self.active if s.prefilling), None)
             if newcomer is not None:
@@ -119,10 +121,10 @@ class Batch:
 
     def _use_engine_threads(self) -> None:
         """Run on the engine's intra-op threads. A lean draft switches to one thread for its own
-        steps (``decoding.lean_draft``); measured in the server, the target's passes on the
+        steps (``decoding.drafters.lean``); measured in the server, the target's passes on the
         scheduler thread then ran on one core (prefill 2.1 → 4.5 s for the 0.5B model) once such a
         draft was attached, so every round sets them again (a few µs)."""
-        torch.set_num_threads(self.engine.threads)
+        torch.set_num_threads(self.core.threads)
 
     # -- one round ----------------------------------------------------------------------------
     def _plan(self, running: list[RequestState]) -> list[Decision]:
@@ -132,12 +134,12 @@ class Batch:
         n, spec = len(running), self.speculation
         plans: dict[int, Decision] = {}
         for i, s in enumerate(running):
-            if s.config.fixed_gamma:
-                plans[i] = s.fixed_plan(s.gamma_max())
-            elif s.config.gamma_schedule == "table":
-                plans[i] = s.fixed_plan(min(spec.table_gamma(n), s.gamma_max()))
+            if s.config.speculation.mode == "fixed":
+                plans[i] = fixed_plan(s, gamma_max(s))
+            elif s.config.speculation.mode == "table":
+                plans[i] = fixed_plan(s, min(spec.table_gamma(n), gamma_max(s)))
             elif n == 1:
-                plans[i] = s.plan_alone()
+                plans[i] = plan_alone(s)
         adaptive = [i for i in range(n) if i not in plans]
         if adaptive:
             other_rows = sum(p.gamma + 1 for p in plans.values())
@@ -148,9 +150,9 @@ class Batch:
     def _allocate(self, adaptive: list[RequestState], other_rows: int, running: list[RequestState]) -> list[Decision]:
         """Plans for the adaptive requests of a batch (:func:`allocate`), each with its reason."""
         spec = self.speculation
-        curves = [s.policy.curve(s.chains(s.gamma_max()), s.gamma_max()) for s in adaptive]
+        curves = [s.policy.curve(chains(s, gamma_max(s)), gamma_max(s)) for s in adaptive]
         context = sum(s.context_tokens for s in running)
-        costs = self.engine.pass_costs.cost_model(context, spec.max_rows + other_rows + len(adaptive))  # once a round
+        costs = self.core.pass_costs.cost_model(context, spec.max_rows + other_rows + len(adaptive))  # once a round
         allocation = allocate([{g: (e, ms) for g, (e, ms, _) in c.items()} for c in curves],
                               lambda rows: costs.verify(rows + other_rows),
                               max(spec.max_rows - other_rows, len(adaptive)), spec.max_slowdown)
@@ -168,26 +170,26 @@ class Batch:
     @staticmethod
     def _propose(running: list[RequestState], plans: list[Decision]) -> None:
         """Every request drafts its plan; the draft-model segments of a batch run together, their
-        forwards shared (:func:`~decoding.draft_model_drafter.propose_together`)."""
+        forwards shared (:meth:`~decoding.drafters.draft_model.DraftModelDrafter.propose_together`)."""
         together = len(running) > 1
         proposed = [(s, s.propose(d, defer_draft_model=together)) for s, d in zip(running, plans, strict=True)]
         deferred = [(s, segment) for s, segment in proposed if segment is not None]
         if not deferred:
             return
         clock = Stopwatch()
-        drafts = propose_together([segment for _, segment in deferred])
+        drafts = DraftModelDrafter.propose_together([segment for _, segment in deferred])
         share = clock.ms / len(deferred)
         for (state, _), draft in zip(deferred, drafts, strict=True):
             state.add_model_draft(draft, share)
 
     def _verify(self, running: list[RequestState]) -> list[torch.Tensor]:
-        """One target pass over every request's last token and draft, timed into the engine's
+        """One target pass over every request's last token and draft, timed into the core's
         online pass costs; per request, logits ``(len(pass_tokens), vocab)``."""
-        engine, target = self.engine, self.engine.target
+        core, target = self.core, self.core.target
         rows = sum(len(s.pass_tokens) for s in running)
         context = sum(s.context_tokens for s in running)
         clock = Stopwatch()
         logits = target.forward([(s.pass_tokens, s.cache) for s in running])
-        if engine.learn_costs and (len(running) == 1 or target.packed):
-            engine.pass_costs.observe(rows, context, clock.ms)
+        if core.learn_costs and (len(running) == 1 or target.packed):
+            core.pass_costs.observe(rows, context, clock.ms)
         return logits

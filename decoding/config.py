@@ -1,23 +1,23 @@
-"""Per-request generation settings."""
+"""Per-request generation settings: how tokens are chosen, when generation stops, how it speculates."""
 
 from __future__ import annotations
 
 import math
 import numbers
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
-from decoding.drafter import DraftingMode
+from decoding.drafters.base import DraftingMode
 
 
 class GenerationSettingError(ValueError):
     """A generation setting is out of range, malformed, or cannot be applied exactly.
 
     Attributes:
-        field: the offending setting's name (a :class:`GenerationConfig` field, or a
-            checkpoint ``generation_config`` field the engine cannot apply), for a 4xx
-            response naming it.
+        field: the offending setting's name (a field of :class:`Sampling`, :class:`Budget` or
+            :class:`Speculation`, which the web API names alike, or a checkpoint
+            ``generation_config`` field the engine cannot apply), for a 4xx response naming it.
     """
 
     def __init__(self, field: str, message: str) -> None:
@@ -25,14 +25,19 @@ class GenerationSettingError(ValueError):
         self.field = field
 
 
-#: The answer budget when a request names none (tokens): the library's and the server's default
-#: (``copilot.config.Settings.max_new_tokens`` starts from it).
-DEFAULT_MAX_NEW_TOKENS = 256
+#: How a request speculates (the output is the same in every mode; only its speed differs):
+#: ``adaptive`` (alone: the cost-aware policy; in a batch: γ per request from the batch's cost,
+#: :mod:`decoding.planning.batch_policy`), ``off`` (one token per target pass), ``fixed`` (every
+#: round drafts ``num_speculative_tokens`` with the one drafter ``drafting`` names, bypassing the
+#: policy), ``table`` (vLLM-style: γ looked up by batch size in the engine's
+#: ``BatchSpeculation.table``, at every size). The web API's ``speculation`` takes the same values.
+SpeculationMode = Literal["adaptive", "off", "fixed", "table"]
+SPECULATION_MODES: tuple[str, ...] = get_args(SpeculationMode)
 
 
 @dataclass(frozen=True)
-class GenerationConfig:
-    """What to generate, how to choose tokens and how to stop.
+class Sampling:
+    """How each token is chosen from the target's logits.
 
     The logits-processing fields (``repetition_penalty`` ... ``presence_penalty``) use
     transformers' own processors or OpenAI's documented semantics (:mod:`decoding.logits`).
@@ -40,8 +45,8 @@ class GenerationConfig:
     applies, as in ``generate()``; any explicit value (e.g. ``repetition_penalty=1.0``)
     overrides it. Token ids are checked against the model's vocabulary when the request
     starts (:func:`decoding.logits.effective_settings`). The checkpoint's sampling defaults
-    (``do_sample``, ``temperature``, ``top_k``, ``top_p``, ...) are not inherited: the request's
-    ``temperature`` (0 = greedy) decides; they are reported in the result stats.
+    (``do_sample``, ``temperature``, ``top_k``, ``top_p``, ...) are not inherited: ``temperature``
+    (0 = greedy) decides; they are reported in the result stats.
 
     Raises:
         TypeError / ValueError: on construction, for a field of the wrong type or range;
@@ -49,7 +54,6 @@ class GenerationConfig:
             logits-processing fields.
 
     Attributes:
-        max_new_tokens: hard budget of generated tokens (EOS included); 0 returns nothing.
         temperature: 0 selects greedy decoding (the exactness contract); > 0 samples.
         top_k: keep the k most likely tokens when sampling (0 = off).
         top_p: nucleus sampling mass (1.0 = off).
@@ -57,26 +61,6 @@ class GenerationConfig:
             sample drawn with noise seeded by (seed, t) only, so a seed reproduces its sample
             whatever the drafter, γ or calibration (:mod:`decoding.sampling`); ``None`` = a
             random seed per request.
-        stop_strings: generation ends at the token that completes any of them;
-            the returned text ends just before the stop string.
-        eos_token_ids: token ids that end generation (included in the ids, not in
-            the text). ``None`` uses the model's; an empty tuple disables EOS.
-        drafting: a :class:`DraftingMode` (a plain string such as ``"ngram"`` is converted):
-            which drafters the cost-aware policy may use: ``AUTO`` (all the engine's),
-            ``NGRAM``, ``DRAFT_MODEL``, or ``OFF`` (plain one-token-per-pass decoding in
-            our loop).
-        num_speculative_tokens: γ ceiling per round; the policy may choose fewer.
-        fixed_gamma: bypass the policy: every round drafts ``num_speculative_tokens``
-            with the one drafter ``drafting`` names (prompt-lookup style; an ablation
-            and a test hook). Needs ``drafting`` ``"ngram"`` or ``"draft_model"``.
-        gamma_schedule: how γ is chosen while the request shares target passes with others
-            (:mod:`decoding.batch_policy`): ``"adaptive"`` (alone: the policy; in a batch: γ
-            per request from the batch's cost) or ``"table"`` (vLLM-style: a fixed γ looked
-            up by batch size in the engine's ``BatchSpeculation.table``, at every size).
-        loop_span: the loop stop's span L in tokens (:class:`decoding.stopping.LoopDetector`):
-            when the last L output tokens occurred twice before, generation ends with
-            ``finish_reason`` ``"repetition"``, the output cut before the repeats.
-            0 (the default) = no loop stop: plain greedy semantics.
         repetition_penalty: > 0; CTRL's penalty (Keskar et al. 2019) on every token already in
             prompt + output (1.0 = off).
         no_repeat_ngram_size: >= 0; no n-gram of this size occurs twice in prompt + output (0 = off).
@@ -90,24 +74,12 @@ class GenerationConfig:
         frequency_penalty, presence_penalty: OpenAI penalties in [-2, 2]: the logit of token
             j drops by ``c[j] * frequency_penalty + (c[j] > 0) * presence_penalty``, c[j] = its
             count in the output so far (the prompt is not counted).
-        history_partition: the part of the engine's answer history this request drafts from
-            and adds its answer to (:class:`decoding.ngram_drafter.AnswerHistory`): requests of
-            one access scope share one; ``""`` (the default) is the shared one. Drafting only:
-            the output is the same whatever it is.
     """
 
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
-    stop_strings: tuple[str, ...] = ()
-    eos_token_ids: tuple[int, ...] | None = None
-    drafting: DraftingMode = DraftingMode.AUTO
-    num_speculative_tokens: int = 16
-    fixed_gamma: bool = False
-    gamma_schedule: str = "adaptive"
-    loop_span: int = 0
     repetition_penalty: float | None = None
     no_repeat_ngram_size: int | None = None
     min_new_tokens: int | None = None
@@ -116,24 +88,13 @@ class GenerationConfig:
     logit_bias: tuple[tuple[int, float], ...] | None = None
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
-    history_partition: str = ""
 
     def __post_init__(self) -> None:
         self._check_logits_settings()
-        if not isinstance(self.history_partition, str):
-            raise TypeError(f"history_partition must be a string, got {self.history_partition!r}")
-        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) for s in self.stop_strings):
-            raise TypeError(f"stop_strings must be a sequence of strings, got {self.stop_strings!r}")
-        if self.eos_token_ids is not None and (not isinstance(self.eos_token_ids, (tuple, list))
-                                               or not all(_is_int(t) for t in self.eos_token_ids)):
-            raise TypeError(f"eos_token_ids must be a tuple of ints or None, got {self.eos_token_ids!r}")
-        for name in ("max_new_tokens", "top_k", "num_speculative_tokens", "loop_span"):
-            if not _is_int(getattr(self, name)):
-                raise TypeError(f"{name} must be an int, got {getattr(self, name)!r}")
+        if not _is_int(self.top_k):
+            raise TypeError(f"top_k must be an int, got {self.top_k!r}")
         if self.seed is not None and not _is_int(self.seed):
             raise TypeError(f"seed must be an int or None, got {self.seed!r}")
-        if not isinstance(self.fixed_gamma, bool):
-            raise TypeError(f"fixed_gamma must be a bool, got {self.fixed_gamma!r}")
         for name in ("temperature", "top_p"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -142,32 +103,16 @@ class GenerationConfig:
             raise ValueError(f"temperature and top_p must be finite, got {self.temperature}, {self.top_p}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {self.seed!r}")
-        if self.eos_token_ids is not None and any(t < 0 for t in self.eos_token_ids):
-            raise ValueError(f"eos_token_ids must be non-negative, got {self.eos_token_ids!r}")
-        if self.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.loop_span < 0:
-            raise ValueError(f"loop_span must be >= 0 (0 = no loop stop), got {self.loop_span}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if self.gamma_schedule not in ("adaptive", "table"):
-            raise ValueError(f"gamma_schedule must be adaptive|table, got {self.gamma_schedule!r}")
-        if self.drafting not in tuple(DraftingMode):
-            raise ValueError(f"drafting must be {'|'.join(m.value for m in DraftingMode)}, got {self.drafting!r}")
-        self._set("drafting", DraftingMode(self.drafting))
-        if self.num_speculative_tokens < 1:
-            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
-        if self.fixed_gamma and not self.drafting.single:
-            raise ValueError(f"fixed_gamma needs drafting 'ngram' or 'draft_model', got {self.drafting!r}")
-        if any(not s for s in self.stop_strings):
-            raise ValueError("stop strings must be non-empty")
 
     @property
     def greedy(self) -> bool:
+        """``temperature`` 0: the target's argmax at every position."""
         return self.temperature == 0.0
 
     def _set(self, name: str, value: object) -> None:
@@ -199,6 +144,117 @@ class GenerationConfig:
             if not -2.0 <= value <= 2.0:
                 raise GenerationSettingError(name, f"must be in [-2, 2], got {value}")
             self._set(name, value)
+
+
+#: The answer budget when a request names none (tokens): the library's and the server's default
+#: (``copilot.config.Settings.max_new_tokens`` starts from it).
+DEFAULT_MAX_NEW_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long generation may run and what ends it.
+
+    Raises:
+        TypeError / ValueError: on construction, for a field of the wrong type or range.
+
+    Attributes:
+        max_new_tokens: hard budget of generated tokens (EOS included); 0 returns nothing.
+        stop_strings: generation ends at the token that completes any of them;
+            the returned text ends just before the stop string.
+        eos_token_ids: token ids that end generation (included in the ids, not in
+            the text). ``None`` uses the model's; an empty tuple disables EOS.
+        loop_span: the loop stop's span L in tokens (:class:`decoding.stopping.LoopDetector`):
+            when the last L output tokens occurred twice before, generation ends with
+            ``finish_reason`` ``"repetition"``, the output cut before the repeats.
+            0 (the default) = no loop stop: plain greedy semantics.
+    """
+
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    stop_strings: tuple[str, ...] = ()
+    eos_token_ids: tuple[int, ...] | None = None
+    loop_span: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) for s in self.stop_strings):
+            raise TypeError(f"stop_strings must be a sequence of strings, got {self.stop_strings!r}")
+        if self.eos_token_ids is not None and (not isinstance(self.eos_token_ids, (tuple, list))
+                                               or not all(_is_int(t) for t in self.eos_token_ids)):
+            raise TypeError(f"eos_token_ids must be a tuple of ints or None, got {self.eos_token_ids!r}")
+        for name in ("max_new_tokens", "loop_span"):
+            if not _is_int(getattr(self, name)):
+                raise TypeError(f"{name} must be an int, got {getattr(self, name)!r}")
+        if self.eos_token_ids is not None and any(t < 0 for t in self.eos_token_ids):
+            raise ValueError(f"eos_token_ids must be non-negative, got {self.eos_token_ids!r}")
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if self.loop_span < 0:
+            raise ValueError(f"loop_span must be >= 0 (0 = no loop stop), got {self.loop_span}")
+        if any(not s for s in self.stop_strings):
+            raise ValueError("stop strings must be non-empty")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """How a request drafts. Drafting only: the output is the same whatever these are.
+
+    Raises:
+        TypeError / ValueError: on construction, for a field of the wrong type or range.
+
+    Attributes:
+        mode: a :data:`SpeculationMode`. ``"off"`` implies ``drafting`` ``OFF`` (normalized).
+        drafting: a :class:`DraftingMode` (a plain string such as ``"ngram"`` is converted):
+            which drafters the mode may use: ``AUTO`` (all the engine's), ``NGRAM``,
+            ``DRAFT_MODEL``, or ``OFF`` (none: plain one-token-per-pass decoding in our loop).
+            Mode ``"fixed"`` needs one drafter (``NGRAM`` or ``DRAFT_MODEL``).
+        num_speculative_tokens: γ ceiling per round; the policy may choose fewer.
+        history_partition: the part of the engine's answer history this request drafts from
+            and adds its answer to (:class:`decoding.drafters.ngram.AnswerHistory`): requests of
+            one access scope share one; ``""`` (the default) is the shared one.
+    """
+
+    mode: SpeculationMode = "adaptive"
+    drafting: DraftingMode = DraftingMode.AUTO
+    num_speculative_tokens: int = 16
+    history_partition: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mode not in SPECULATION_MODES:
+            raise ValueError(f"mode must be {'|'.join(SPECULATION_MODES)}, got {self.mode!r}")
+        if self.drafting not in tuple(DraftingMode):
+            raise ValueError(f"drafting must be {'|'.join(m.value for m in DraftingMode)}, got {self.drafting!r}")
+        object.__setattr__(self, "drafting", DraftingMode.OFF if self.mode == "off" else DraftingMode(self.drafting))
+        if not isinstance(self.history_partition, str):
+            raise TypeError(f"history_partition must be a string, got {self.history_partition!r}")
+        if not _is_int(self.num_speculative_tokens):
+            raise TypeError(f"num_speculative_tokens must be an int, got {self.num_speculative_tokens!r}")
+        if self.num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
+        if self.mode == "fixed" and not self.drafting.single:
+            raise ValueError(f"mode 'fixed' needs drafting 'ngram' or 'draft_model', got {self.drafting!r}")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What to generate, by concern; each part checks itself when built.
+
+    Attributes:
+        sampling: how each token is chosen (:class:`Sampling`).
+        budget: how long generation may run and what ends it (:class:`Budget`).
+        speculation: how the request drafts; never changes the output (:class:`Speculation`).
+
+    Raises:
+        TypeError: a part of the wrong type.
+    """
+
+    sampling: Sampling = field(default_factory=Sampling)
+    budget: Budget = field(default_factory=Budget)
+    speculation: Speculation = field(default_factory=Speculation)
+
+    def __post_init__(self) -> None:
+        for name, kind in (("sampling", Sampling), ("budget", Budget), ("speculation", Speculation)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
 
 
 def _is_int(value: object) -> bool:
@@ -253,5 +309,6 @@ def _logit_bias(values: object) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(out.items()))
 
 
-#: The settings of a request that sets none (a frozen value: a safe shared default).
+#: The settings of a request that sets none (a frozen value: a safe shared default; the server's
+#: settings start from its values).
 DEFAULT_CONFIG = GenerationConfig()

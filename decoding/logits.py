@@ -190,8 +190,8 @@ def effective_settings(config: GenerationConfig, checkpoint: dict[str, object], 
     """Merge a request's settings over the checkpoint's and check them against the vocabulary.
 
     Args:
-        config: the request (``None`` fields are unset).
-        checkpoint: the checkpoint's own settings (:func:`decoding.models.generation_defaults`,
+        config: the request (``None`` fields of its ``sampling`` are unset).
+        checkpoint: the checkpoint's own settings (:func:`decoding.backends.models.generation_defaults`,
             ``LoadedModel.generation_defaults``).
         vocab_size: the target model's vocabulary size (logits width).
 
@@ -212,7 +212,7 @@ def effective_settings(config: GenerationConfig, checkpoint: dict[str, object], 
     values: dict[str, Any] = {}
     inherited: list[str] = []
     for name in CHECKPOINT_APPLIED:
-        mine = getattr(config, name, None)
+        mine = getattr(config.sampling, name, None)
         if mine is None and name in checkpoint:
             values[name], mine = checkpoint[name], checkpoint[name]
             inherited.append(name)
@@ -220,8 +220,9 @@ def effective_settings(config: GenerationConfig, checkpoint: dict[str, object], 
             values[name] = mine
     values = {k: v for k, v in values.items() if v is not None}
     settings = LogitsSettings(
-        **values, logit_bias=tuple(config.logit_bias or ()), frequency_penalty=config.frequency_penalty,
-        presence_penalty=config.presence_penalty, from_checkpoint=tuple(inherited),
+        **values, logit_bias=tuple(config.sampling.logit_bias or ()),
+        frequency_penalty=config.sampling.frequency_penalty, presence_penalty=config.sampling.presence_penalty,
+        from_checkpoint=tuple(inherited),
         checkpoint_sampling=tuple((k, checkpoint[k]) for k in CHECKPOINT_SAMPLING if k in checkpoint))
     for name, ids in (("logit_bias", [t for t, _ in settings.logit_bias]),
                       ("bad_words_ids", [t for w in settings.bad_words_ids for t in w]),

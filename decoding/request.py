@@ -1,15 +1,16 @@
 """One request's decoding state between rounds: what the engine and a batch step.
 
-A request lives through :meth:`RequestState.start` (prefill the target, take its first
-token, start its own drafters; in a batch, :meth:`~RequestState.begin`, then
-:meth:`~RequestState.prefill_chunk` once per round until it returns its first event), then
-rounds of :meth:`~RequestState.propose` (the planned
-drafters propose) → a target pass over :attr:`~RequestState.pass_tokens` (alone or packed
-with other requests' rows) → :meth:`~RequestState.commit` (verify, crop its KV cache, commit
-through its stop checker), and ends with :meth:`~RequestState.finish`. Everything a request
-owns — KV cache, drafters, stop checker, token selector (seed), detokenizer, statistics —
-is here, so requests sharing passes never see each other's state; what the engine shares
-across requests (acceptance table, answer history, pass costs) is reached through it.
+A request lives through :meth:`~RequestState.begin` (take a KV cache), then
+:meth:`~RequestState.prefill_chunk` until it returns its first event (prefill the target, take
+its first token, start its own drafters: all at once into an idle batch, a chunk per round
+while others decode), then rounds of a plan (:func:`plan_alone`, or the batch's) →
+:meth:`~RequestState.propose` (the planned drafters propose) → a target pass over
+:attr:`~RequestState.pass_tokens` (alone or packed with other requests' rows) →
+:meth:`~RequestState.commit` (verify, crop its KV cache, commit through its stop checker),
+and ends with :meth:`~RequestState.finish`. Everything a request owns — KV cache, drafters,
+stop checker, token selector (seed), detokenizer, statistics — is here, so requests sharing
+passes never see each other's state; what the engine's core shares across requests
+(acceptance table, answer history, pass costs) is reached through it.
 
 KV-cache invariant between rounds: the target cache holds every committed token but the
 last one, which is the first input of the next pass.
@@ -19,24 +20,22 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from decoding.backends.target import KVCache
 from decoding.config import GenerationConfig
+from decoding.core import EngineCore
 from decoding.detokenize import IncrementalDetokenizer
-from decoding.draft_model_drafter import DraftModelDrafter
-from decoding.drafter import Draft, Drafter, DraftingMode, DraftRequest, Offer, join_drafts
+from decoding.drafters.base import Draft, Drafter, DraftingMode, DraftRequest, Offer, join_drafts
+from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.logits import LogitsSettings, effective_settings
-from decoding.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, Segment, draft_prefill_pays
+from decoding.planning.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, Segment, draft_prefill_pays
 from decoding.sampling import TokenSelector
 from decoding.stats import GenerationStats, RequestClock
 from decoding.stopping import StopChecker
-from decoding.target import KVCache
 from decoding.verification import verify_greedy
-
-if TYPE_CHECKING:
-    from decoding.engine import SpeculativeEngine
 
 #: Output positions a request's KV cache allocates up front (tokens): a memory setting, not a
 #: budget; an answer allowed more (``max_new_tokens``) grows its cache as it goes.
@@ -113,32 +112,32 @@ class RequestState:
     """One request between rounds (see the module docstring).
 
     Args:
-        engine: the engine whose target, drafters (copied per request), acceptance table,
+        core: the engine's core, whose target, drafters (copied per request), acceptance table,
             answer history and pass costs this request uses.
-        prompt: prompt ids, already checked by the engine.
+        prompt: prompt ids, already checked (:meth:`~decoding.core.EngineCore.check_request`).
         config: budget, sampling, stop conditions, drafting mode.
         contexts: token sequences that seed the n-gram drafter (retrieved passages).
         cancel: polled between rounds; returning True ends the request with ``"cancelled"``.
         settings: ``config``'s effective logits settings (``None``: resolved here).
     """
 
-    def __init__(self, engine: "SpeculativeEngine", prompt: list[int], config: GenerationConfig,
+    def __init__(self, core: EngineCore, prompt: list[int], config: GenerationConfig,
                  contexts: list[list[int]], cancel: Callable[[], bool] | None = None,
                  settings: LogitsSettings | None = None) -> None:
-        self.engine, self.prompt, self.config, self.contexts, self.cancel = engine, prompt, config, contexts, cancel
-        target = engine.target
-        eos = target.eos_token_ids() if config.eos_token_ids is None else config.eos_token_ids
+        self.core, self.prompt, self.config, self.contexts, self.cancel = core, prompt, config, contexts, cancel
+        target = core.target
+        eos = target.eos_token_ids() if config.budget.eos_token_ids is None else config.budget.eos_token_ids
         self._eos = eos
-        self.budget = min(config.max_new_tokens, target.max_positions - len(prompt))
-        self.stop = StopChecker(target.tokenizer, frozenset(eos), tuple(config.stop_strings), self.budget,
-                                config.loop_span)
-        self.detok = IncrementalDetokenizer(target.tokenizer, tuple(config.stop_strings))
+        self.budget = min(config.budget.max_new_tokens, target.max_positions - len(prompt))
+        self.stop = StopChecker(target.tokenizer, frozenset(eos), tuple(config.budget.stop_strings), self.budget,
+                                config.budget.loop_span)
+        self.detok = IncrementalDetokenizer(target.tokenizer, tuple(config.budget.stop_strings))
         self.stats = GenerationStats(prompt_tokens=len(prompt), backend=target.backend)
         self.settings = settings if settings is not None else effective_settings(
             config, target.generation_defaults, target.vocab_size)
         self.stats.generation_settings = self.settings.to_dict()
         # A seeded sample must not depend on earlier requests: no answer history, priors only.
-        self.seeded = not config.greedy and config.seed is not None
+        self.seeded = not config.sampling.greedy and config.sampling.seed is not None
         self._cache: KVCache | None = None  # from begin() until finish()
         self._prefilled = 0  # prompt tokens in the target cache
         self._prompt_logits: torch.Tensor | None = None  # the prompt's last logits, once prefilled (parked with it)
@@ -158,21 +157,21 @@ class RequestState:
 
     @property
     def cache(self) -> KVCache:
-        """Its target KV cache (from :meth:`start` until :meth:`finish`)."""
+        """Its target KV cache (from :meth:`begin` until :meth:`finish`)."""
         if self._cache is None:
             raise RuntimeError("the request has no KV cache: not started, or finished")
         return self._cache
 
     @property
-    def sampling(self) -> TokenSelector:
-        """Its token selector (from :meth:`start` on)."""
+    def _selector(self) -> TokenSelector:
+        """Its token selector (from :meth:`begin` on)."""
         if self._sampling is None:
             raise RuntimeError("the request has not started")
         return self._sampling
 
     @property
     def policy(self) -> DrafterPolicy:
-        """Its drafting policy (from :meth:`start` on, once it has a first token)."""
+        """Its drafting policy (once it has a first token)."""
         if self._policy is None:
             raise RuntimeError("the request has not started")
         return self._policy
@@ -187,14 +186,6 @@ class RequestState:
         """Begun, and part of the prompt is still to be prefilled (no first token yet)."""
         return self._cache is not None and not self.done and self._prefilled < len(self.prompt)
 
-    def start(self) -> StreamEvent:
-        """Prefill the target (every chunk in turn), choose the first token, start the request's drafters."""
-        self.begin()
-        event = None
-        while event is None:
-            event = self.prefill_chunk()
-        return event
-
     def begin(self) -> None:
         """Start the clock and take a KV cache (nothing prefilled yet); a request without
         budget ends here (``"length"``)."""
@@ -202,25 +193,25 @@ class RequestState:
         if self.budget <= 0:
             self.stop.finish_reason = "length"
             return
-        target = self.engine.target
+        target, sampling = self.core.target, self.config.sampling
         self._sampling = TokenSelector(
-            self.settings.processors(len(self.prompt), self._eos, target.device), self.config.temperature,
-            self.config.top_k, self.config.top_p, self.config.seed, len(self.prompt), target.device)
-        reuse = self.engine.prefix_cache.take(self.prompt, len(self.prompt) + min(self.budget, KV_OUTPUT_PREALLOC),
-                                              self.config.history_partition)
+            self.settings.processors(len(self.prompt), self._eos, target.device), sampling.temperature,
+            sampling.top_k, sampling.top_p, sampling.seed, len(self.prompt), target.device)
+        reuse = self.core.prefix_cache.take(self.prompt, len(self.prompt) + min(self.budget, KV_OUTPUT_PREALLOC),
+                                              self.config.speculation.history_partition)
         self._cache, self._prefilled, self._prompt_logits = reuse.cache, reuse.tokens, reuse.logits
         self.stats.prefix_reused_tokens = reuse.tokens
 
     def prefill_chunk(self) -> StreamEvent | None:
         """Prefill the prompt's next chunk, up to the next multiple of the target's
-        :attr:`~decoding.target.Target.prefill_chunk` (the same boundaries however the
+        :attr:`~decoding.backends.target.Target.prefill_chunk` (the same boundaries however the
         prefill is spread over rounds); after the last one choose the first token and start
         the drafters. Returns the first token's event then, ``None`` before (and an empty
         event for a request that ended in :meth:`begin`)."""
         if self._cache is None:
             return StreamEvent("")
-        target, stats = self.engine.target, self.stats
-        if self._prompt_logits is None:  # else the whole prompt was reused (engine.prefix_cache)
+        target, stats = self.core.target, self.stats
+        if self._prompt_logits is None:  # else the whole prompt was reused (core.prefix_cache)
             chunk = target.prefill_chunk
             end = min(len(self.prompt), (self._prefilled // chunk + 1) * chunk)
             logits = target.prefill(self.prompt[self._prefilled:end], self._cache)
@@ -229,7 +220,7 @@ class RequestState:
                 return None
             self._prompt_logits = logits
         self.clock.prefilled()
-        committed = self.stop.accept([self.sampling.choose(self.prompt, self._prompt_logits.clone())])
+        committed = self.stop.accept([self._selector.choose(self.prompt, self._prompt_logits.clone())])
         stats.record_first()
         self.clock.first_token()
         event = StreamEvent(self._delta(), committed)
@@ -242,45 +233,19 @@ class RequestState:
         its policy. A draft model that prefills the prompt here runs a priced forward: booked as
         drafting, not overhead."""
         if not self.done:
-            self.drafters = [copy.copy(d) for d in self.engine.drafters if self.config.drafting.selects(d.name)]
+            drafting = self.config.speculation.drafting
+            self.drafters = [copy.copy(d) for d in self.core.drafters if drafting.selects(d.name)]
         prefill_draft = self._prefill_draft()
-        request = DraftRequest(self.prompt, self.contexts, self.cache, self.sampling, reproducible=self.seeded,
-                               output_reserve=min(self.budget, KV_OUTPUT_PREALLOC) + self.config.num_speculative_tokens,
-                               prefill_draft=prefill_draft, history_partition=self.config.history_partition)
+        speculation = self.config.speculation
+        request = DraftRequest(self.prompt, self.contexts, self.cache, self._selector, reproducible=self.seeded,
+                               output_reserve=min(self.budget, KV_OUTPUT_PREALLOC) + speculation.num_speculative_tokens,
+                               prefill_draft=prefill_draft, history_partition=speculation.history_partition)
         with self.stats.drafting(priced=prefill_draft):
             for d in self.drafters:
                 d.begin(request)
                 d.observe(committed)
-        table = AcceptanceTable(self.engine.acceptance.config) if self.seeded else self.engine.acceptance
-        self._policy = DrafterPolicy(self.engine.cost_model(self.context_tokens), table)
-
-    def gamma_max(self) -> int:
-        """Most tokens this round may draft: the request's γ, its remaining budget, the context window."""
-        seq_len = len(self.prompt) + len(self.stop.output)
-        return max(0, min(self.config.num_speculative_tokens, self.stop.remaining - 1,
-                          self.engine.target.max_positions - seq_len))
-
-    def chains(self, gamma_max: int) -> list[list[Offer]]:
-        """This round's candidate plans (:func:`candidate_chains` over the request's drafters)."""
-        return candidate_chains(self.drafters, gamma_max) if gamma_max > 0 and self.drafters else []
-
-    def plan_alone(self) -> Decision:
-        """The plan of a request decoding alone: plain without room or drafters; with
-        ``fixed_gamma`` its one drafter drafts γ; else its policy's choice over
-        :func:`candidate_chains`, priced by the pass costs at its context."""
-        gamma_max = self.gamma_max()
-        if gamma_max <= 0 or not self.drafters:
-            return PLAIN
-        if self.config.fixed_gamma:
-            return self.fixed_plan(gamma_max)
-        self.policy.costs = self.engine.cost_model(self.context_tokens)
-        return self.policy.choose(self.chains(gamma_max), gamma_max)
-
-    def fixed_plan(self, gamma: int) -> Decision:
-        """``gamma`` tokens from the request's first drafter, bypassing the policy (fixed γ)."""
-        if gamma <= 0 or not self.drafters:
-            return PLAIN
-        return self.policy.fixed(self.drafters[0].offer(gamma), gamma)
+        table = AcceptanceTable(self.core.acceptance.config) if self.seeded else self.core.acceptance
+        self._policy = DrafterPolicy(self.core.cost_model(self.context_tokens), table)
 
     def propose(self, decision: Decision, defer_draft_model: bool = False,
                 ) -> tuple[DraftModelDrafter, int, list[int]] | None:
@@ -288,8 +253,9 @@ class RequestState:
 
         Args:
             defer_draft_model: leave a trailing draft-model segment to the caller, who runs it
-                together with other requests' (:func:`~decoding.draft_model_drafter.propose_together`)
-                and hands the result to :meth:`add_model_draft`.
+                together with other requests'
+                (:meth:`~decoding.drafters.draft_model.DraftModelDrafter.propose_together`) and hands
+                the result to :meth:`add_model_draft`.
         Returns:
             The deferred segment as ``(drafter, max_tokens, after)``, or ``None`` (the draft is complete).
         """
@@ -335,9 +301,9 @@ class RequestState:
         KV cache to the committed length and commit through the stop checker."""
         with self.stats.overhead():
             seq_len = len(self.prompt) + len(self.stop.output)
-            scores = self.sampling.scores(self.prompt + self.stop.output, self.draft.tokens, logits)
+            scores = self._selector.scores(self.prompt + self.stop.output, self.draft.tokens, logits)
             block, n_accepted = verify_greedy(self.draft.tokens, scores)
-            self.engine.target.rollback(self.cache, seq_len + n_accepted)
+            self.core.target.rollback(self.cache, seq_len + n_accepted)
             committed = self.stop.accept(block)
             proposed = [(s.offer.drafter, len(d.tokens), d.origin)
                         for s, d in zip(self.decision.segments, self._segments, strict=False)]
@@ -347,11 +313,6 @@ class RequestState:
                 d.observe(committed)
             self.draft, self._segments, self.decision = Draft([]), [], PLAIN
         return StreamEvent(self._delta(), committed)
-
-    def check_cancel(self) -> None:
-        """End the request with ``"cancelled"`` when its cancel callback says so."""
-        if not self.done and self.cancel is not None and self.cancel():
-            self.stop.finish_reason = "cancelled"
 
     def finish(self) -> StreamEvent:
         """The last event, carrying the :class:`GenerationResult`; books the answer into the
@@ -363,7 +324,7 @@ class RequestState:
                 stats.decode_tokens = max(len(stop.output) - 1, 0)
                 stats.truncate(len(stop.output))
             with stats.overhead():
-                self.engine.remember(self.prompt, stop.output, self.config.history_partition)
+                self.core.remember(self.prompt, stop.output, self.config.speculation.history_partition)
             self.clock.decoded()
         self.clock.finished()
         stats.new_tokens = len(stop.output)
@@ -371,9 +332,10 @@ class RequestState:
         text = stop.final_text()
         result = GenerationResult(list(stop.output), text, stop.finish_reason or "length", stats)
         if self._cache is not None and self._prompt_logits is not None:  # kept for a prompt sharing its prefix
-            self.engine.prefix_cache.park(self.prompt, self._cache, self._prompt_logits, self.config.history_partition)
+            self.core.prefix_cache.park(self.prompt, self._cache, self._prompt_logits,
+                                        self.config.speculation.history_partition)
         elif self._cache is not None:  # cancelled while it prefilled: free the KV cache now
-            self.engine.target.release(self._cache)
+            self.core.target.release(self._cache)
         self._cache = None
         return StreamEvent(self.detok.finish(text), [], result)
 
@@ -388,19 +350,59 @@ class RequestState:
     def _prefill_draft(self) -> bool:
         """Whether a draft model with its own KV cache prefills the prompt for this request:
         always when the request asks for the draft model alone; with ``auto`` when
-        :func:`~decoding.policy.draft_prefill_pays` over a typical answer (the recent answers'
+        :func:`~decoding.planning.policy.draft_prefill_pays` over a typical answer (the recent answers'
         mean length, half of it on generated spans). The decision and its numbers are in
         ``stats.draft_prefill``."""
         draft = next((d for d in self.drafters if isinstance(d, DraftModelDrafter)), None)
         if draft is None or not draft.needs_prefill:
             return False
-        if self.config.drafting is DraftingMode.DRAFT_MODEL:
+        if self.config.speculation.drafting is DraftingMode.DRAFT_MODEL:
             self.stats.draft_prefill = "yes: the draft model alone was asked for"
             return True
-        engine = self.engine
-        alpha = engine.acceptance.priors.get(draft.name, (0.0, 0.0))[1]
-        expected = min(self.budget, engine.typical_answer_tokens) / 2
-        pays, reason = draft_prefill_pays(engine.cost_model(len(self.prompt)), len(self.prompt), expected, alpha,
-                                          self.config.num_speculative_tokens)
+        core = self.core
+        alpha = core.acceptance.priors.get(draft.name, (0.0, 0.0))[1]
+        expected = min(self.budget, core.typical_answer_tokens) / 2
+        pays, reason = draft_prefill_pays(core.cost_model(len(self.prompt)), len(self.prompt), expected, alpha,
+                                          self.config.speculation.num_speculative_tokens)
         self.stats.draft_prefill = f"{'yes' if pays else 'no'}: {reason}"
         return pays
+
+
+# -- a request's plan for a round and its cancellation (what a batch asks of each request) ----------
+def gamma_max(state: RequestState) -> int:
+    """Most tokens this round may draft: the request's γ, its remaining budget, the context window."""
+    seq_len = len(state.prompt) + len(state.stop.output)
+    return max(0, min(state.config.speculation.num_speculative_tokens, state.stop.remaining - 1,
+                      state.core.target.max_positions - seq_len))
+
+
+def chains(state: RequestState, room: int) -> list[list[Offer]]:
+    """This round's candidate plans of up to ``room`` tokens (:func:`candidate_chains` over the
+    request's drafters)."""
+    return candidate_chains(state.drafters, room) if room > 0 and state.drafters else []
+
+
+def plan_alone(state: RequestState) -> Decision:
+    """The plan of a request decoding alone: plain without room or drafters; with
+    speculation mode ``fixed`` its one drafter drafts γ; else its policy's choice over
+    :func:`candidate_chains`, priced by the pass costs at its context."""
+    room = gamma_max(state)
+    if room <= 0 or not state.drafters:
+        return PLAIN
+    if state.config.speculation.mode == "fixed":
+        return fixed_plan(state, room)
+    state.policy.costs = state.core.cost_model(state.context_tokens)
+    return state.policy.choose(chains(state, room), room)
+
+
+def fixed_plan(state: RequestState, gamma: int) -> Decision:
+    """``gamma`` tokens from the request's first drafter, bypassing the policy (fixed γ)."""
+    if gamma <= 0 or not state.drafters:
+        return PLAIN
+    return state.policy.fixed(state.drafters[0].offer(gamma), gamma)
+
+
+def check_cancel(state: RequestState) -> None:
+    """End the request with ``"cancelled"`` when its cancel callback says so."""
+    if not state.done and state.cancel is not None and state.cancel():
+        state.stop.finish_reason = "cancelled"

@@ -50,7 +50,7 @@ class GenerationStats:
     """
 
     prompt_tokens: int = 0
-    prefix_reused_tokens: int = 0  # prompt positions whose KV came from a parked prompt (decoding.prefix_cache)
+    prefix_reused_tokens: int = 0  # prompt positions whose KV came from a parked prompt (decoding.kv.prefix_cache)
     new_tokens: int = 0
     prefill_ms: float = 0.0
     ttft_ms: float = 0.0
@@ -68,7 +68,7 @@ class GenerationStats:
     block_sizes: list[int] = field(default_factory=list)
     generation_settings: dict[str, Any] = field(default_factory=dict)  # effective logits settings (decoding.logits)
     draft_prefill: str | None = None  # whether a draft model with its own KV cache prefilled the prompt, and why
-    backend: str = ""  # what ran the target ("llama.cpp", "torch": decoding.target.Target.backend)
+    backend: str = ""  # what ran the target ("llama.cpp", "torch": decoding.backends.target.Target.backend)
     batch_size_sum: int = 0  # requests sharing each decode-phase pass, summed over the passes
     max_batch_size: int = 0
     drafted_tokens: int = 0  # tokens drafted (and verified) over all passes: γ summed
@@ -102,16 +102,6 @@ class GenerationStats:
         self.sources.append(TARGET)
         self.origins.append("")
 
-    @property
-    def mean_batch_size(self) -> float:
-        """Requests per decode-phase target pass, on average (1.0 alone; 0 before any pass)."""
-        return self.batch_size_sum / self.target_passes if self.target_passes else 0.0
-
-    @property
-    def mean_gamma(self) -> float:
-        """Tokens drafted per decode-phase target pass, on average (γ; 0 before any pass)."""
-        return self.drafted_tokens / self.target_passes if self.target_passes else 0.0
-
     def record_round(self, segments: Sequence[tuple[str, int] | tuple[str, int, str]], accepted: int, committed: int,
                      batch_size: int = 1) -> None:
         """Book one verification round.
@@ -119,7 +109,7 @@ class GenerationStats:
         Args:
             segments: ``(drafter name, tokens proposed)`` or ``(drafter name, tokens proposed,
                 origin)`` in draft order (empty = a plain step); ``origin`` as
-                :attr:`decoding.drafter.Draft.origin`.
+                :attr:`decoding.drafters.base.Draft.origin`.
             accepted: drafted tokens the target accepted (a prefix of the draft).
             committed: tokens committed (``accepted + 1``, fewer when a stop cut the block).
             batch_size: requests that shared the round's target pass (this one included).
@@ -194,14 +184,15 @@ class GenerationStats:
         return sum(1 for o in self.origins if o == "passage")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable summary (adds τ and per-drafter α)."""
+        """JSON-serialisable summary (adds τ, per-drafter α, and per decode-phase pass the mean
+        batch size, 1.0 alone, and the mean γ drafted; 0 before any pass)."""
         out = asdict(self)
         del out["sources"], out["origins"]
         out["copied_from_passages"] = self.copied_from_passages
         out["copied_share"] = round(self.copied_from_passages / len(self.sources), 3) if self.sources else 0.0
         out["tau"] = round(self.tau, 3)
-        out["mean_batch_size"] = round(self.mean_batch_size, 3)
-        out["mean_gamma"] = round(self.mean_gamma, 3)
+        out["mean_batch_size"] = round(_per_pass(self.batch_size_sum, self.target_passes), 3)
+        out["mean_gamma"] = round(_per_pass(self.drafted_tokens, self.target_passes), 3)
         out["produced"] = self.produced
         out["token_share"] = {k: round(v, 3) for k, v in self.token_share.items()}
         out["drafters"] = {k: {**asdict(v), "ms": round(v.ms, 2), "alpha": round(v.alpha, 3)}
@@ -209,6 +200,11 @@ class GenerationStats:
         for k in ("prefill_ms", "ttft_ms", "decode_ms", "total_ms", "overhead_ms", "drafting_ms"):
             out[k] = round(out[k], 2)
         return out
+
+
+def _per_pass(total: int, passes: int) -> float:
+    """``total`` per target pass (0 before any pass)."""
+    return total / passes if passes else 0.0
 
 
 class Stopwatch:

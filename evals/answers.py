@@ -17,10 +17,12 @@ import statistics
 import time
 from collections import Counter
 
-from copilot.answer_shape import echoes_header, only_citations
-from copilot.citations import cited_numbers
-from copilot.prompting import PROMPT_STYLES, ChatTurn
-from copilot.service import Answer, AnswerAssembler, CopilotService
+from copilot.answer.assembly import Answer, AnswerAssembler
+from copilot.answer.citations import cited_numbers
+from copilot.answer.prompting import PROMPT_STYLES, ChatTurn
+from copilot.answer.question import GenerationParams, QuestionRequest
+from copilot.answer.shape import echoes_header, only_citations
+from copilot.service import CopilotService
 from evals.questions import Question
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ _NOT_FOUND = re.compile(r"^\W*not found\b", re.IGNORECASE)
 
 
 def abstained(answer: Answer) -> bool:
-    """The answer says "not found": the service decided it (:mod:`copilot.grounding`) or the
+    """The answer says "not found": the service decided it (:mod:`copilot.answer.grounding`) or the
     model wrote it first thing."""
     return answer.not_found or bool(_NOT_FOUND.match(answer.text))
 
@@ -50,14 +52,15 @@ def abstained(answer: Answer) -> bool:
 def evaluate_question(service: CopilotService, q: Question, max_new_tokens: int, loop_span: int) -> dict:
     """Ask one question through the service; the per-question row of the report."""
     history: tuple[ChatTurn, ...] = ()
+    knobs = GenerationParams(max_new_tokens=max_new_tokens, loop_span=loop_span)
     if q.first:  # a follow-up: the first turn is asked and answered before
-        first = service.prepare(service.question(q.first, max_new_tokens=max_new_tokens, loop_span=loop_span))
+        first = service.prepare(service.question(QuestionRequest(q.first, generation=knobs)))
         assembler = AnswerAssembler(first)
         for event in service.stream(first):
             assembler.add(event)
         history = (ChatTurn("user", q.first), ChatTurn("assistant", assembler.answer().text))
     t0 = time.perf_counter()
-    question = service.question(q.question, max_new_tokens=max_new_tokens, loop_span=loop_span, history=history)
+    question = service.question(QuestionRequest(q.question, history=history, generation=knobs))
     prepared = service.prepare(question)
     assembler = AnswerAssembler(prepared)
     first_text_ms = None
@@ -226,7 +229,7 @@ def _kind_summary(rows: list[dict]) -> dict:
 
 def run_answers(service: CopilotService, questions: list[Question], max_new_tokens: int, loop_span: int,
                 style: str | None = None) -> dict:
-    """Answer every question; ``style`` names a :data:`copilot.prompting.PROMPT_STYLES` entry.
+    """Answer every question; ``style`` names a :data:`copilot.answer.prompting.PROMPT_STYLES` entry.
 
     Returns:
         JSON-able dict: ``summary``, ``rows``, ``prompt_style``, ``max_new_tokens``, ``loop_span``.

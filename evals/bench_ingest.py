@@ -64,11 +64,12 @@ from ingestion.loaders import LoaderConfig, load_bytes  # noqa: E402
 from ingestion.pipeline import (  # noqa: E402
     DEFAULT_BATCH_CHUNKS,
     IngestInterrupted,
+    IngestOptions,
     IngestProgress,
     ingest_paths,
     stop_on_signals,
 )
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 
 log = logging.getLogger("evals.bench_ingest")
 
@@ -116,7 +117,7 @@ def chunk_texts(path: Path, store: ChunkStore) -> tuple[int, list[str]]:
     """(documents, chunk texts in pipeline order) of ``path`` as the store's loader and chunker
     build them; the source name is the file name (the pipeline's, for a single file)."""
     result = load_bytes(path.read_bytes(), path.name, name=path.name, config=LoaderConfig())
-    return len(result.documents), [c.text for d in result.documents for c in store.chunk_document(d)]
+    return len(result.documents), [c.text for d in result.documents for c in store.chunker.chunk(d)]
 
 
 @dataclass
@@ -190,7 +191,7 @@ def run_tickets(args: argparse.Namespace, work: Path, embedder: Embedder) -> dic
         with RssSampler() as rss, stop_on_signals():
             try:
                 report = ingest_paths([corpus], store, progress=False, on_progress=raw,
-                                      batch_chunks=args.batch_chunks)
+                                      options=IngestOptions(batch_chunks=args.batch_chunks))
             finally:
                 result["peak_rss_sampled_mib"] = round(rss.max_mib, 1)
         raw.finish()
@@ -209,7 +210,7 @@ def run_tickets(args: argparse.Namespace, work: Path, embedder: Embedder) -> dic
 def _times(raw: Interleaved, wall_s: float, cpu_s: float, store: ChunkStore) -> dict[str, Any]:
     """Throughputs and ratios from the interleaved run so far (pipeline time = total - raw)."""
     pipeline_s, pipeline_cpu_s = wall_s - raw.raw_s, cpu_s - raw.raw_cpu_s
-    records = store.count_documents()
+    records = store.manifest.count()
     chunks = raw.last.chunks_written if raw.last else 0
     ratio = raw.raw_s / pipeline_s * (chunks / raw.encoded) if raw.encoded and pipeline_s > 0 else None
     cpu_ratio = raw.raw_cpu_s / pipeline_cpu_s * (chunks / raw.encoded) if raw.encoded and pipeline_cpu_s > 0 else None
@@ -254,7 +255,7 @@ def run_corpus(args: argparse.Namespace, work: Path, embedder: Embedder) -> dict
     """Raw encode, pipeline and unchanged re-ingest, interleaved in whole passes ``--repeats`` times."""
     corpus = build_corpus(work / "corpus", args.copies)
     warm = ChunkStore(work / "warm", embedder=embedder)
-    ingest_paths([corpus], warm, progress=False, batch_chunks=args.batch_chunks)
+    ingest_paths([corpus], warm, progress=False, options=IngestOptions(batch_chunks=args.batch_chunks))
     texts = [row[0] for row in warm.db.query("SELECT text FROM chunks ORDER BY rowid")]
     warm.close()
     times: dict[str, list[float]] = {"raw": [], "pipeline": [], "reingest": []}
@@ -264,7 +265,8 @@ def run_corpus(args: argparse.Namespace, work: Path, embedder: Embedder) -> dict
         times["raw"].append(time.perf_counter() - started)
         store = ChunkStore(work / f"run-{rep}", embedder=embedder)
         started = time.perf_counter()
-        report = ingest_paths([corpus], store, progress=False, batch_chunks=args.batch_chunks)
+        report = ingest_paths([corpus], store, progress=False,
+                              options=IngestOptions(batch_chunks=args.batch_chunks))
         times["pipeline"].append(time.perf_counter() - started)
         assert report.chunks_written == len(texts), (report.chunks_written, len(texts))
         started = time.perf_counter()

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from copilot.cli_help import HelpTyper
+from copilot.cli.help import HelpTyper
 from evals.questions import DEFAULT_CORPUS, DEFAULT_QUESTIONS, load_questions, quick_subset
 
 eval_app = HelpTyper(help="Exactness, latency and retrieval evals (reports as JSON, Markdown and PNG).",
@@ -335,7 +335,7 @@ def retrieval(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
     setup = build_setup(None if data_dir else corpus, data_dir, load_models=False)
     try:
         qs = load_questions(questions)
-        result = run_retrieval(setup.service.retriever, qs)
+        result = run_retrieval(setup.service.searcher.retriever, qs)
         result["evidence"] = run_evidence(setup.service, qs)
     finally:
         setup.close()
@@ -352,7 +352,7 @@ def answers(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
             loop_span: Optional[int] = _loop_span_opt) -> None:
     """What the operator reads, per question: expected document's rank, span in the answer and
     in the evidence lines, loops, citations naming no source, duplicates, finish reason, time."""
-    from copilot.prompting import PROMPT_STYLES
+    from copilot.answer.prompting import PROMPT_STYLES
     from evals.answers import answers_markdown, compare_markdown, run_answers
     from evals.harness import build_setup, hardware_summary
 
@@ -386,7 +386,7 @@ def loops(corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
           json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt) -> None:
     """False stops of the loop stop: how many stored documents (real text that does not loop)
     it would cut, per span L."""
-    from decoding.models import load_target
+    from decoding.backends.models import LoadOptions, load_target
     from evals.harness import build_setup
     from evals.loops import loops_markdown, run_loop_false_stops
 
@@ -399,8 +399,8 @@ def loops(corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     setup = build_setup(None if data_dir else corpus, data_dir, load_models=False)
     try:
-        tokenizer = load_target(setup.settings.target_model, backend=setup.settings.backend, device="cpu",
-                                cache_dir=setup.settings.model_cache_dir).tokenizer
+        load = LoadOptions(backend=setup.settings.backend, device="cpu", cache_dir=setup.settings.model_cache_dir)
+        tokenizer = load_target(setup.settings.target_model, load).tokenizer
         result = run_loop_false_stops(setup.service.store, tokenizer, span_list)
     finally:
         setup.close()

@@ -11,7 +11,7 @@ the sample corpus; the target's greedy answer is the teacher).
     .venv/bin/python -m evals.draft_cost --contexts 300 700 1200 --variants int4 int4-h16k int8 dense32
 
 Prompts are built once and cached as token ids (``--prompts``, JSON) so reruns skip the
-store and the embedder. Background for the variants: :mod:`decoding.lean_draft`.
+store and the embedder. Background for the variants: :mod:`decoding.drafters.lean`.
 """
 
 from __future__ import annotations
@@ -27,20 +27,22 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from decoding.drafters.lean.model import LeanVariant
+
 if TYPE_CHECKING:
-    from decoding.models import LoadedModel
+    from decoding.backends.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
-#: name -> LeanDraftModel keyword arguments (each keeps the fp32 target's KV layout and dtype, so it
+#: name -> how the draft is packed and run (each keeps the fp32 target's KV layout and dtype, so it
 #: drafts over the target's own KV cache, as in the engine).
-VARIANTS: dict[str, dict] = {
-    "int4": {"quant": "int4"},                                  # int4 g32 decoder, int8 head, bf16 matmuls
-    "int4-h16k": {"quant": "int4", "head_vocab": 16384},           # + LM head trimmed to the first 16k ids
-    "int4-h24k": {"quant": "int4", "head_vocab": 24576},
-    "int4-1t": {"quant": "int4", "threads": 1},                    # int4 steps on one thread
-    "int8": {"quant": "int8"},                                  # int8 per-channel decoder
-    "dense32": {"quant": "dense", "head": "dense", "act_dtype": torch.float32},  # lean forward, fp32 weights
+VARIANTS: dict[str, LeanVariant] = {
+    "int4": LeanVariant(quant="int4"),                              # int4 g32 decoder, int8 head, bf16 matmuls
+    "int4-h16k": LeanVariant(quant="int4", head_vocab=16384),       # + LM head trimmed to the first 16k ids
+    "int4-h24k": LeanVariant(quant="int4", head_vocab=24576),
+    "int4-1t": LeanVariant(quant="int4", threads=1),                # int4 steps on one thread
+    "int8": LeanVariant(quant="int8"),                              # int8 per-channel decoder
+    "dense32": LeanVariant(quant="dense", head="dense", act_dtype=torch.float32),  # lean forward, fp32 weights
 }
 
 MATMUL_OPS = ("aten::_weight_int4pack_mm_for_cpu", "aten::_weight_int8pack_mm", "aten::mm", "aten::addmm",
@@ -93,10 +95,10 @@ def step_logits(model: torch.nn.Module, token: int, cache) -> torch.Tensor:
 def interleaved_step_ms(target: torch.nn.Module, drafts: dict, context_ids: list[int], repeats: int = 20,
                         ) -> dict[str, list[float]]:
     """One-token step times (ms) after ``context_ids``: the target's (transformers, with a
-    :class:`~decoding.kv_cache.PreallocatedCache`, as the engine runs it) and each lean
+    :class:`~decoding.kv.cache.PreallocatedCache`, as the engine runs it) and each lean
     draft's (over the target's K/V, as the engine drafts), run A/B/C/A/B/C ``repeats``
     times with the cache cropped back after every step."""
-    from decoding.kv_cache import PreallocatedCache, crop_cache
+    from decoding.kv.cache import PreallocatedCache, crop_cache
 
     c = len(context_ids)
     cache = PreallocatedCache(c + 16)
@@ -149,7 +151,7 @@ def teacher_forced_agreement(target: torch.nn.Module, drafts: dict, prompt_ids: 
     Returns:
         ``({variant: agreement in [0, 1]}, answer token ids)``.
     """
-    from decoding.kv_cache import PreallocatedCache, crop_cache
+    from decoding.kv.cache import PreallocatedCache, crop_cache
 
     n = len(prompt_ids)
     cache = PreallocatedCache(n + answer_tokens + 8)
@@ -209,7 +211,7 @@ def _context_row(target: LoadedModel, drafts: dict, ids: list[int], args: argpar
 
 def _profile(target: LoadedModel, drafts: dict, ids: list[int], profile_rounds: int) -> dict:
     """Median ms per operator category of one step, target and each draft, interleaved."""
-    from decoding.kv_cache import PreallocatedCache, crop_cache
+    from decoding.kv.cache import PreallocatedCache, crop_cache
 
     c = len(ids)
     cache = PreallocatedCache(c + 4)
@@ -238,8 +240,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
 
     from copilot.config import Settings
-    from decoding.lean_draft import LeanDraftModel
-    from decoding.models import load_model
+    from decoding.backends.models import load_model
+    from decoding.drafters.lean import LeanDraftModel
 
     settings = Settings()  # the configured target (the CPU default: Qwen2.5-Coder-0.5B), as build_rag_prompts
     prompts = load_prompts(args.prompts, max(args.agreement_prompts, 1), args.corpus, settings.target_model)
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
     drafts = {}
     for name in args.variants:
         t0 = time.perf_counter()
-        drafts[name] = LeanDraftModel(target.model, **VARIANTS[name])
+        drafts[name] = LeanDraftModel(target.model, VARIANTS[name])
         print(f"built {name}: {drafts[name].weight_bytes / 1e6:.0f} MB of weights per step, "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
     longest = max(prompts, key=len)

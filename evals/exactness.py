@@ -2,18 +2,18 @@
 
 On torch the reference is transformers ``generate(do_sample=False)``; on llama.cpp it is the
 backend's own greedy, one token per forward (:func:`seam_greedy`), itself checked against
-llama-cpp-python's ``Llama.generate(temp=0)`` (:func:`library_greedy`, DESIGN.md: "the
-reference depends on the backend that runs the target").
+llama-cpp-python's ``Llama.generate(temp=0)`` (:func:`library_greedy`): the reference depends on
+the backend that runs the target.
 
-The contract checked (DESIGN.md, "The exactness contract"): a mode's ids equal plain
+The contract checked (README.md, "The exactness contract"): a mode's ids equal plain
 greedy's ids cut by the same stops at one commit boundary — EOS, ``max_new_tokens`` and,
 when on, the loop stop (:class:`decoding.stopping.LoopDetector`): the reference is
 transformers' plain greedy output run through :func:`decoding.stopping.apply_stops` with a
 fresh :class:`~decoding.stopping.StopChecker` of the same settings, and the finish reason
 must match too.
 
-"Plain greedy" includes the generation settings every mode decodes with (DESIGN.md: the
-reference is ``generate()`` with the same effective settings): the checkpoint's own
+"Plain greedy" includes the generation settings every mode decodes with (the reference is
+``generate()`` with the same effective settings): the checkpoint's own
 ``generation_config`` (e.g. Qwen2.5-Instruct's ``repetition_penalty`` 1.05) plus any
 request fields passed as ``generation`` (:func:`run_exactness`), resolved once by
 :func:`decoding.logits.effective_settings`. ``generate()`` gets the built-in ones as its
@@ -29,7 +29,7 @@ divergence (no margin: always a bug).
 Batched modes (``mode@bN``, :func:`run_exactness` ``batch_sizes``) decode every case through
 one :class:`decoding.batch.Batch` with up to N running at once, one request joining per round
 (so requests join and leave in the middle of others' answers), and hold each to its own
-solo reference (DESIGN.md: "a request's output equals plain greedy of that request alone").
+solo reference: a request's output equals plain greedy of that request alone.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
-from decoding.llamacpp import LlamaCppModel
+from decoding import Budget, DraftingMode, GenerationConfig, Sampling, Speculation, SpeculativeEngine
+from decoding.backends.llamacpp import LlamaCppModel
+from decoding.backends.models import LoadedModel
+from decoding.backends.target import Target
 from decoding.logits import LogitsSettings, effective_settings
-from decoding.models import LoadedModel
 from decoding.request import GenerationResult
 from decoding.stopping import StopChecker, apply_stops
-from decoding.target import Target
 from evals.harness import Case, plain_greedy_kwargs
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class Reference:
 def modes_for(engine: SpeculativeEngine) -> list[str]:
     """Our modes (:class:`DraftingMode` values): speculation off, each single-drafter mode the
     engine has a drafter for (n-gram only, draft model only when loaded), the policy."""
-    names = {d.name for d in engine.drafters}
+    names = {d.name for d in engine.core.drafters}
     order = (DraftingMode.OFF, DraftingMode.NGRAM, DraftingMode.DRAFT_MODEL, DraftingMode.AUTO)
     return [m.value for m in order if not m.single or m.value in names]
 
@@ -108,14 +108,15 @@ def stop_checker(engine: SpeculativeEngine, budget: int, loop_span: int) -> Stop
 
 def settings_for(engine: SpeculativeEngine, generation: dict | None = None) -> LogitsSettings:
     """The effective logits settings every mode decodes with: the request fields in
-    ``generation`` (:class:`GenerationConfig` names, e.g. ``{"repetition_penalty": 1.2}``)
+    ``generation`` (:class:`~decoding.config.Sampling` names, e.g. ``{"repetition_penalty": 1.2}``)
     over the checkpoint's ``generation_config``.
 
     Raises:
         GenerationSettingError: a bad value, or a checkpoint setting the engine refuses.
     """
     target = engine.target
-    return effective_settings(GenerationConfig(**(generation or {})), target.generation_defaults, target.vocab_size)
+    config = GenerationConfig(sampling=Sampling(**(generation or {})))
+    return effective_settings(config, target.generation_defaults, target.vocab_size)
 
 
 @torch.inference_mode()
@@ -225,7 +226,7 @@ def _decode(engine: SpeculativeEngine, case: Case, config: GenerationConfig):
     """The result and every id the engine committed, in order, with nothing parked to reuse
     (a solo decode prefills its whole prompt). After a loop stop the result's ids are a prefix
     of the committed ones, which show where a cut-away token first differed."""
-    engine.prefix_cache.clear()
+    engine.core.prefix_cache.clear()
     return _decode_as_is(engine, case, config)
 
 
@@ -274,10 +275,10 @@ REUSE_VARIANTS = ("prefix", "again")
 def _decode_reusing(engine: SpeculativeEngine, case: Case, config: GenerationConfig, variant: str):
     """Decode ``case`` after parking what ``variant`` names (:data:`REUSE_VARIANTS`); the
     result, the committed ids and the prompt positions reused."""
-    engine.prefix_cache.clear()
+    engine.core.prefix_cache.clear()
     if variant == "prefix":
         half = case.prompt_ids[:max(1, len(case.prompt_ids) // 2)]
-        engine.generate(half, GenerationConfig(max_new_tokens=1))
+        engine.generate(half, GenerationConfig(budget=Budget(max_new_tokens=1)))
     else:
         _decode_as_is(engine, case, config)
     result, committed = _decode_as_is(engine, case, config)
@@ -336,7 +337,7 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
             (modes ``"{mode}@prefix"`` and ``"{mode}@again"``, :data:`REUSE_VARIANTS`; each
             entry gives ``reused_tokens``), against the same reference. The solo modes reuse nothing.
         loop_span: the loop stop's span for every mode and the reference (0 = no loop stop).
-        generation: extra :class:`GenerationConfig` fields for every mode (logits settings such
+        generation: extra :class:`~decoding.config.Sampling` fields for every mode (logits settings such
             as ``{"repetition_penalty": 1.2, "logit_bias": {...}}``); the reference is
             ``generate()`` with the same effective settings (these over the checkpoint's).
 
@@ -373,7 +374,9 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
             row["library_identical"] = own == ref.raw
             library["identical" if own == ref.raw else "different"] += 1
         for mode in modes:
-            config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
+            config = GenerationConfig(sampling=Sampling(**generation),
+                                      budget=Budget(max_new_tokens=max_new_tokens, loop_span=loop_span),
+                                      speculation=Speculation(drafting=mode))
             result, committed = _decode(engine, case, config)
             div = compare(engine, case, mode, ref, result.token_ids, result.finish_reason, committed, settings)
             row["modes"][mode] = tally.add(mode, result, div)
@@ -384,10 +387,12 @@ def run_exactness(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: 
                 row["modes"][label] = {**tally.add(label, result, div), "reused_tokens": reused}
         rows.append(row)
         log.info("%s done in %.1f s", case.question.id, time.perf_counter() - t0)
-    engine.prefix_cache.clear()
+    engine.core.prefix_cache.clear()
     for size in batch_sizes:
         for mode in modes:
-            config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=mode, loop_span=loop_span, **generation)
+            config = GenerationConfig(sampling=Sampling(**generation),
+                                      budget=Budget(max_new_tokens=max_new_tokens, loop_span=loop_span),
+                                      speculation=Speculation(drafting=mode))
             _run_batched(engine, cases, rows, references, config, size, settings, tally)
     return {"cases": rows, "modes": list(tally.exact), "loop_span": loop_span, "backend": engine.target.backend,
             "library_greedy": dict(library),
@@ -414,7 +419,7 @@ class _Tally:
 def _run_batched(engine: SpeculativeEngine, cases: list[Case], rows: list[dict], references: dict[str, Reference],
                  config: GenerationConfig, size: int, settings: LogitsSettings, tally: _Tally) -> None:
     """Every case through batches of ``size`` (mode ``{drafting}@b{size}``), each against its solo reference."""
-    label = f"{config.drafting.value}@b{size}"
+    label = f"{config.speculation.drafting.value}@b{size}"
     tally.exact.setdefault(label, 0)
     tally.loop_stopped.setdefault(label, 0)
     t0 = time.perf_counter()

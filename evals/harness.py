@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import GenerationConfig as HFGenerationConfig
 
+from copilot.answer.question import GenerationParams, QuestionRequest
 from decoding import SpeculativeEngine
 from evals.questions import Question
 
@@ -67,7 +68,7 @@ class EvalSetup:
     @property
     def engine(self) -> SpeculativeEngine:
         """The decoding engine (models loaded)."""
-        engine = self.replay_engine or (self.service.engine if self.service else None)
+        engine = self.replay_engine or (self.service.models.engine if self.service else None)
         assert engine is not None, "the eval set-up was built without models"
         return engine
 
@@ -94,9 +95,9 @@ def build_setup(corpus: Path | None, data_dir: Path | None, *, load_models: bool
         data_dir = Path(tmp.name)
     settings = base.model_copy(update={"data_dir": data_dir, "model_dir": base.model_cache_dir})
     service = CopilotService.from_settings(settings, load_models=load_models)
-    service.wait_for_draft()  # evals measure the engine as it serves once warm
-    if service.engine is not None:
-        log.info("draft model: %s", service.draft_status)
+    service.models.wait_for_draft()  # evals measure the engine as it serves once warm
+    if service.models.engine is not None:
+        log.info("draft model: %s", service.models.draft_status)
     if corpus is not None:
         report = ingest_paths([corpus], service.store, progress=False).to_dict()
         log.info("corpus %s: %s", corpus, report["counts"])
@@ -113,27 +114,26 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
     """The engine for replaying saved cases: the target named in the cases file (``meta``
     from :func:`load_cases`) on ``device``/``dtype``, with no store.
 
-    The draft model is set up as the service sets it up (:mod:`decoding.draft_plan`):
+    The draft model is set up as the service sets it up (:mod:`decoding.drafters.plan`):
     ``derived:int4`` (or what ``auto`` plans on CPU) is built and calibrated and attached
     with its measured step cost and agreement (the policy's prior); ``auto`` attaches it
     only when the calibration pays. Other specs are loaded as models.
 
     Args:
         draft_model: a draft model id/path or ``derived:...`` spec (default: the file's).
-        backend: what runs the target (:func:`decoding.models.resolve_backend`).
+        backend: what runs the target (:func:`decoding.backends.models.resolve_backend`).
         model_dir: where the embedded model is dequantized and cached.
     Raises:
-        decoding.models.ModelLoadError: the target or draft cannot be loaded.
+        decoding.backends.models.ModelLoadError: the target or draft cannot be loaded.
     """
-    from decoding.draft_plan import attach_when_ready, lean_draft_loader, load_draft
-    from decoding.models import load_target
+    from decoding.backends.models import LoadOptions
+    from decoding.build import build_engine
+    from decoding.drafters.plan import attach_when_ready, lean_draft_loader
 
     name = meta["target_model"]
-    target = load_target(name, backend=backend, device=device, dtype=dtype, cache_dir=model_dir)
     spec = (draft_model if draft_model is not None else meta.get("draft_model")) or ""
-    engine = SpeculativeEngine(target, load_draft(spec, target, target_model=name, device=device, dtype=dtype,
-                                                  cache_dir=model_dir))
-    loader = lean_draft_loader(spec, target, target_model=name, device=device, cache_dir=model_dir)
+    engine = build_engine(name, spec, LoadOptions(backend=backend, device=device, dtype=dtype, cache_dir=model_dir))
+    loader = lean_draft_loader(spec, engine.target, target_model=name, device=device, cache_dir=model_dir)
     if loader is not None:
         attach_when_ready(engine, loader.start(), spec)
     return EvalSetup(None, None, None, replay_engine=engine, loop_span=int(meta.get("loop_span", 0)))
@@ -141,11 +141,12 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
 
 def build_cases(setup: EvalSetup, questions: list[Question], max_new_tokens: int) -> list[Case]:
     """Run every question through the real retrieval + prompt path. A question the service
-    answers "not found" (:mod:`copilot.grounding`) is left out: no model runs for it, so there
+    answers "not found" (:mod:`copilot.answer.grounding`) is left out: no model runs for it, so there
     is no decoding to time or check."""
     cases = []
     for q in questions:
-        prepared = setup.service.prepare(setup.service.question(q.question, max_new_tokens=max_new_tokens))
+        asked = QuestionRequest(q.question, generation=GenerationParams(max_new_tokens=max_new_tokens))
+        prepared = setup.service.prepare(setup.service.question(asked))
         if not prepared.grounding.answerable:
             log.info("%s: answered 'not found' without the model (%s): no case", q.id, prepared.grounding.reason)
             continue
@@ -188,7 +189,7 @@ def load_cases(path: Path) -> tuple[dict, list[Case]]:
 
 def hardware_summary(setup: EvalSetup) -> dict:
     """Where the eval ran: CPU/GPU, threads, torch version, model, dtype."""
-    target = setup.engine.target if (setup.replay_engine or (setup.service and setup.service.engine)) else None
+    target = setup.engine.target if (setup.replay_engine or (setup.service and setup.service.models.engine)) else None
     device = target.device if target else torch.device("cpu")
     info = {
         "platform": platform.platform(),
@@ -200,8 +201,8 @@ def hardware_summary(setup: EvalSetup) -> dict:
     }
     if target is not None:
         info.update(target_model=target.name, backend=target.backend, dtype=str(target.dtype).removeprefix("torch."),
-                    draft_model=setup.engine.draft.name if setup.engine.draft else None,
-                    answer_history=setup.engine.history.max_answers)
+                    draft_model=setup.engine.core.draft.name if setup.engine.core.draft else None,
+                    answer_history=setup.engine.core.history.max_answers)
     return info
 
 

@@ -6,7 +6,7 @@ medians. Speedups are per question, against transformers greedy on the same prom
 decode phase (time after the first token, per generated token) and end to end.
 
 Every mode runs with the loop stop users get (``loop_span``; 0 = off): ours through
-``GenerationConfig.loop_span``, the transformers anchors through :class:`LoopStop`, the same
+``Budget.loop_span``, the transformers anchors through :class:`LoopStop`, the same
 :class:`decoding.stopping.LoopDetector` as a ``StoppingCriteria``. Per-token numbers (speedups,
 tokens/s, τ) count the tokens the user gets, i.e. the output cut before the repeats.
 
@@ -18,7 +18,7 @@ otherwise the report lists them under ``skipped`` with the reason.
 
 Kernel-matched anchors (opt-in, ``--modes``): ``hf_pld_5_fk`` / ``hf_pld_10_fk`` run
 transformers' prompt lookup with our few-token verification linears
-(:mod:`decoding.few_token_linear`) switched on, so the report separates what the cheaper
+(:mod:`decoding.backends.few_token_linear`) switched on, so the report separates what the cheaper
 verification kernel buys from what the drafting policy buys. The goals' "best prompt
 lookup" is transformers' own (``hf_pld_3/5/10``).
 
@@ -42,9 +42,9 @@ import torch
 from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from decoding import DraftingMode, GenerationConfig, SpeculativeEngine
-from decoding.few_token_linear import few_token_passes
-from decoding.models import LoadedModel
+from decoding import Budget, DraftingMode, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.backends.few_token_linear import few_token_passes
+from decoding.backends.models import LoadedModel
 from decoding.stopping import LoopDetector, apply_stops
 from evals.exactness import budget_for, stop_checker
 from evals.harness import Case, plain_greedy_kwargs
@@ -180,7 +180,7 @@ def run_hf(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: int
     budget = budget_for(engine, case.prompt_ids, max_new_tokens)
     kwargs = plain_greedy_kwargs(engine, x, budget, **lookup)
     if mode == "hf_assisted":
-        kwargs["assistant_model"] = engine.draft.model
+        kwargs["assistant_model"] = engine.core.draft.model
     if loop_span > 0:
         kwargs["stopping_criteria"] = StoppingCriteriaList([LoopStop(len(case.prompt_ids), loop_span)])
     streamer = _TimingStreamer()
@@ -232,8 +232,9 @@ def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: i
     """Our engine with drafting ``off``/``ngram``/``draft_model``/``auto`` (``ours_<DraftingMode>``)
     and ``loop_span``, with no parked prompt to reuse."""
     drafting = DraftingMode(mode.removeprefix("ours_"))
-    config = GenerationConfig(max_new_tokens=max_new_tokens, drafting=drafting, loop_span=loop_span)
-    engine.prefix_cache.clear()  # every mode prefills its whole prompt, as the anchors do
+    config = GenerationConfig(budget=Budget(max_new_tokens=max_new_tokens, loop_span=loop_span),
+                              speculation=Speculation(drafting=drafting))
+    engine.core.prefix_cache.clear()  # every mode prefills its whole prompt, as the anchors do
     events: list[tuple[float, int]] = []
     t0 = time.perf_counter()
     result = None
@@ -265,7 +266,7 @@ def latency_modes(engine: SpeculativeEngine) -> list[str]:
     """
     if not isinstance(engine.target, LoadedModel):
         return [*LLAMACPP_MODES, "ours_off", "ours_auto"]
-    if engine.draft is None:
+    if engine.core.draft is None:
         return [m for m in HF_MODES if m != "hf_assisted"] + ["ours_auto"]
     hf = [m for m in HF_MODES if m not in skipped_modes(engine)]
     return hf + ["ours_ngram", "ours_draft_model", "ours_auto"]
@@ -279,16 +280,16 @@ LEAN_DRAFT_REASON = ("the draft model runs on a lean forward outside transformer
 def skipped_modes(engine: SpeculativeEngine) -> dict[str, str]:
     """``{mode: why it is not timed}``: the draft-model modes when no draft model is configured;
     ``hf_assisted`` when the draft is not a transformers model."""
-    if engine.draft is None:
+    if engine.core.draft is None:
         return {m: NO_DRAFT_REASON for m in DRAFT_MODEL_MODES}
-    if not isinstance(engine.draft.model, PreTrainedModel):
+    if not isinstance(engine.core.draft.model, PreTrainedModel):
         return {"hf_assisted": LEAN_DRAFT_REASON}
     return {}
 
 
 def mode_aliases(engine: SpeculativeEngine, modes: list[str]) -> dict[str, str]:
     """``{mode not timed: the timed mode with the same configuration}``."""
-    if engine.draft is None and "ours_auto" in modes and "ours_ngram" not in modes:
+    if engine.core.draft is None and "ours_auto" in modes and "ours_ngram" not in modes:
         return {"ours_ngram": "ours_auto"}
     return {}
 
@@ -359,7 +360,7 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
     if unknown:
         raise ValueError(f"unknown latency modes {unknown} for a {engine.target.backend} target; known: "
                          f"{', '.join(known)}")
-    if engine.draft is None and any(m in DRAFT_MODEL_MODES for m in modes):
+    if engine.core.draft is None and any(m in DRAFT_MODEL_MODES for m in modes):
         raise ValueError(f"modes {[m for m in modes if m in DRAFT_MODEL_MODES]} need a draft model; none is loaded")
     if "hf_assisted" in modes and "hf_assisted" in skipped_modes(engine):
         raise ValueError(f"hf_assisted: {LEAN_DRAFT_REASON}")
@@ -377,7 +378,7 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
     out["baseline"] = base
     out["aliases"] = mode_aliases(engine, modes)
     out["skipped"] = {m: why for m, why in skipped_modes(engine).items() if m not in modes}
-    out["policy_states"] = engine.acceptance.snapshot()
+    out["policy_states"] = engine.core.acceptance.snapshot()
     out["loop_span"] = loop_span
     return out
 

@@ -23,7 +23,7 @@ import contextlib
 import time
 from typing import Any, Iterator
 
-from decoding.llamacpp import LlamaCppModel
+from decoding.backends.llamacpp import LlamaCppModel
 
 LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_pld_2", "llamacpp_pld_10")
 
@@ -49,11 +49,12 @@ def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int) -> Any:
     llm = _ANCHORS.get(key)
     if llm is None or llm.n_ctx() < n_ctx:
         draft = LlamaPromptLookupDecoding(num_pred_tokens=pld_tokens) if pld_tokens else None
-        with _model_params(use_extra_bufts=target.repack):
+        with _model_params(use_extra_bufts=target.options.repack):
             # With a draft model Llama keeps every position's logits, but sizes that buffer by
             # ``logits_all`` alone (0.3.36): it must be asked for, or the first prefill overflows it.
-            llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 2048), n_threads=target.n_threads,
-                        n_threads_batch=target.n_threads, flash_attn=target.flash_attn, draft_model=draft,
+            llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 2048), n_threads=target.options.n_threads,
+                        n_threads_batch=target.options.n_threads, flash_attn=target.options.flash_attn,
+                        draft_model=draft,
                         n_batch=target.prefill_chunk, n_ubatch=target.prefill_chunk,
                         logits_all=draft is not None, verbose=False)
         _ANCHORS[key] = llm

@@ -174,7 +174,7 @@ async def overload(client: httpx.AsyncClient, questions: list[str], args) -> dic
     retry, so a retry competes with fresh questions as it would under steady load (was it
     admitted?); a refusal after the phase ends that client.
 
-    A refusal reserves a place for who asked what (:mod:`copilot.api.reservations`): the
+    A refusal reserves a place for who asked what (:mod:`copilot.serving.reservations`): the
     ``Authorization`` header, else the address. All clients here share one address, and two ask
     the same question, so against a server without keys (``args.api_key`` empty) each client
     sends a bearer of its own, as separate operators would have; with a key they share it."""

@@ -207,7 +207,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{port}"
         self.ready_timeout_s = ready_timeout_s
         self.log_file = open(log_path, "w")
-        cmd = [sys.executable, "-c", "from copilot.cli import app; app()", "serve", "--host", "127.0.0.1",
+        cmd = [sys.executable, "-c", "from copilot.cli.main import app; app()", "serve", "--host", "127.0.0.1",
                "--port", str(port), "--ingest-if-empty", str(corpus)]
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
 

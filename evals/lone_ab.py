@@ -33,7 +33,7 @@ def run_latency(root: Path, cases: Path, modes: str, out: Path, extra: list[str]
         subprocess.CalledProcessError: the eval failed (its output is logged).
     """
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-c", "from copilot.cli import app; app()", "eval", "latency", "--cases", str(cases),
+    cmd = [sys.executable, "-c", "from copilot.cli.main import app; app()", "eval", "latency", "--cases", str(cases),
            "--modes", modes, "--json", str(out), *extra]
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     if done.returncode != 0:

@@ -14,13 +14,13 @@ from transformers import PreTrainedTokenizerBase
 
 from decoding.stopping import LoopDetector
 from evals.answers import text_loops
-from ingestion.store import ChunkStore
+from ingestion.stores.chunk_store import ChunkStore
 
 
 def document_texts(store: ChunkStore) -> dict[str, str]:
     """doc_id → the document's text (its chunks in order, header lines removed)."""
-    rows, _ = store.list_documents(0, 1_000_000)
-    return {r["doc_id"]: "\n".join(c.text.split("\n", 1)[-1] for c in store.get_document_chunks(r["doc_id"]))
+    rows, _ = store.manifest.page(0, 1_000_000)
+    return {r["doc_id"]: "\n".join(c.text.split("\n", 1)[-1] for c in store.lexical.document_chunks(r["doc_id"]))
             for r in rows}
 
 

@@ -1,4 +1,4 @@
-"""``copilot eval reuse``: what exact prefix reuse (:mod:`decoding.prefix_cache`) saves the
+"""``copilot eval reuse``: what exact prefix reuse (:mod:`decoding.kv.prefix_cache`) saves the
 operator, through the service's own path (retrieval, prompt, engine), on two workloads:
 
 - **asked again**: a question, then the same question (the second is timed);
@@ -10,7 +10,7 @@ model is left out), and the medians are compared: time to first token (TTFT, ms,
 engine's stats), the prompt positions reused, and whether the timed answer is the same text
 either way (it must be: reuse is exact). A follow-up is also timed, before and after the others,
 with its earlier turn as bare text and no reuse (``conversation_turns = 0``: the prompt before
-:mod:`copilot.conversation`), which is what the operator waited before. Retrieval and prompt
+:mod:`copilot.answer.conversation`), which is what the operator waited before. Retrieval and prompt
 building come before the engine starts its clock; their median is reported beside TTFT, since
 the operator waits for both (a follow-up searches its earlier questions again).
 """
@@ -20,8 +20,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from copilot.prompting import ChatTurn
-from copilot.service import AnswerAssembler, CopilotService
+from copilot.answer.assembly import AnswerAssembler
+from copilot.answer.prompting import ChatTurn
+from copilot.answer.question import GenerationParams, QuestionRequest
+from copilot.service import CopilotService
 from evals.questions import Question
 
 
@@ -38,8 +40,8 @@ class Timed:
 
 
 def _answer(service: CopilotService, text: str, history: tuple[ChatTurn, ...], max_new_tokens: int) -> Timed:
-    assembler = AnswerAssembler(service.prepare(service.question(text, history=history,
-                                                                 max_new_tokens=max_new_tokens)))
+    asked = QuestionRequest(text, history=history, generation=GenerationParams(max_new_tokens=max_new_tokens))
+    assembler = AnswerAssembler(service.prepare(service.question(asked)))
     for event in service.stream(assembler.prepared):
         assembler.add(event)
     answer = assembler.answer()
@@ -51,7 +53,7 @@ def _answer(service: CopilotService, text: str, history: tuple[ChatTurn, ...], m
 
 def _run(service: CopilotService, q: Question, reuse: bool, entries: int, max_new_tokens: int) -> Timed:
     """The timed second turn of ``q`` (a follow-up when it has a first question, else asked again)."""
-    cache = service.engine.prefix_cache
+    cache = service.models.engine.core.prefix_cache
     cache.clear()
     cache.max_entries = entries if reuse else 0
     first = q.first or q.question
@@ -70,8 +72,9 @@ def run_reuse(service: CopilotService, questions: list[Question], followups: lis
         ``identical`` (cases whose timed answer is the same text with and without reuse), and
         the per-case rows.
     """
-    entries = service.engine.prefix_cache.max_entries or 2
-    bare = CopilotService(service.settings.model_copy(update={"conversation_turns": 0}), service.store, service.engine)
+    entries = service.models.engine.core.prefix_cache.max_entries or 2
+    bare = CopilotService(service.settings.model_copy(update={"conversation_turns": 0}), service.store,
+                          service.models.engine)
     out = {}
     try:
         for name, cases in (("asked_again", [Question(q.id, q.question, "", "") for q in questions]),
@@ -95,8 +98,8 @@ def run_reuse(service: CopilotService, questions: list[Question], followups: lis
                              "identical": len({off1.text, off2.text, on1.text, on2.text}) == 1})
             out[name] = _summary(rows)
     finally:
-        service.engine.prefix_cache.clear()
-        service.engine.prefix_cache.max_entries = entries
+        service.models.engine.core.prefix_cache.clear()
+        service.models.engine.core.prefix_cache.max_entries = entries
     return out
 
 

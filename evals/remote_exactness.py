@@ -15,8 +15,8 @@ from typing import Any
 
 import openai
 
-from copilot.remote_target import RemoteEngine
-from decoding.config import GenerationConfig
+from copilot.serving.remote_target import RemoteEngine
+from decoding.config import Budget, GenerationConfig
 from evals.harness import Case
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def _answer(engine: RemoteEngine, case: Case, max_new_tokens: int, body: dict[st
     """The server's greedy text for ``case`` with ``body`` added, and its finish reason."""
     engine.extra_body = dict(body)
     result = None
-    for event in engine.stream(case.prompt_ids, GenerationConfig(max_new_tokens=max_new_tokens)):
+    for event in engine.stream(case.prompt_ids, GenerationConfig(budget=Budget(max_new_tokens=max_new_tokens))):
         result = event.result or result
     assert result is not None
     return result.text, result.finish_reason

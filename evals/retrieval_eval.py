@@ -4,7 +4,7 @@ the asked-for span stands among the evidence lines the operator (and the model) 
 Ranks are over documents, as the service cites them (one source per document, numbered by
 its first chunk in the retrieved order), for dense, BM25 and hybrid retrieval. Hybrid fuses
 per document (weighted RRF over each document's best chunk rank, see
-:mod:`copilot.retrieval`), and a document's first chunk stands at its fused rank, so
+:mod:`copilot.search.retrieval`), and a document's first chunk stands at its fused rank, so
 first appearance in the chunk list is the document ranking.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from copilot.retrieval import HybridRetriever
+from copilot.search.retrieval import HybridRetriever
 from evals.questions import Question
 
 if TYPE_CHECKING:

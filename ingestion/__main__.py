@@ -1,6 +1,6 @@
 """``python -m ingestion PATH... [--prune] [--report FILE.json]``: the ``copilot ingest`` command itself.
 
-There is one ingest command: this entry point runs :func:`copilot.cli.ingest` with the same
+There is one ingest command: this entry point runs :func:`copilot.cli.main.ingest` with the same
 settings (``COPILOT_*`` variables, ``.env``, ``COPILOT_CONFIG_FILE``), options, output and
 exit codes (see ``python -m ingestion --help``). The ingestion package itself never imports
 :mod:`copilot`; only this entry point does, when run.
@@ -13,7 +13,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``copilot ingest`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
-    from copilot.cli import app
+    from copilot.cli.main import app
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:

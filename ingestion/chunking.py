@@ -45,7 +45,8 @@ class TokenCounter:
     """
 
     def __init__(self, tokenizer: Any) -> None:
-        self._slow = None
+        self._slow: Any = None
+        self._fast: Tokenizer | None = None
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is not None:
             from tokenizers import Tokenizer
@@ -62,7 +63,7 @@ class TokenCounter:
         """Number of tokens of ``text`` without [CLS]/[SEP]-style special tokens."""
         if self._fast is not None:
             return len(self._fast.encode(text, add_special_tokens=False).ids)
-        return len(self._slow.encode(text, add_special_tokens=False))  # type: ignore[union-attr]
+        return len(self._slow.encode(text, add_special_tokens=False))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """Token counts of several texts (batched on the fast tokenizer)."""
@@ -75,7 +76,7 @@ class TokenCounter:
         if self._fast is not None:
             offsets = self._fast.encode(text, add_special_tokens=False).offsets
         else:
-            offsets = self._slow(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]  # type: ignore[misc]
+            offsets = self._slow(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
         cuts = [0]
         for start in range(max_tokens, len(offsets), max_tokens):
             cut = offsets[start][0]

@@ -101,4 +101,5 @@ class Embedder:
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         """Embed ``texts``; one normalised vector (list of floats) per text."""
-        return self.embed_array(texts).tolist()
+        vectors: list[list[float]] = self.embed_array(texts).tolist()
+        return vectors

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class IngestError(Exception):
     """Base class for every ingestion error."""
@@ -51,6 +53,6 @@ class StoreLockedError(StoreError):
             empty when it records nothing readable.
     """
 
-    def __init__(self, message: str, holder: dict | None = None) -> None:
+    def __init__(self, message: str, holder: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.holder = dict(holder or {})

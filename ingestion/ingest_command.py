@@ -14,9 +14,9 @@ from ingestion.errors import StoreError, StoreLockedError
 from ingestion.files import discover_files
 from ingestion.interrupt import IngestInterrupted, stop_on_signals
 from ingestion.loaders import LoaderConfig
-from ingestion.pipeline import common_root, ingest_paths, mark_not_reached
+from ingestion.pipeline import IngestOptions, common_root, ingest_paths, mark_not_reached
 from ingestion.report import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_STORE, EXIT_USAGE, IngestReport
-from ingestion.store import StoreSettings, open_store
+from ingestion.stores.chunk_store import StoreSettings, open_store
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
                loader_config: LoaderConfig | None = None, embedder: Embedder | None = None) -> IngestOutcome:
     """Body of ``copilot ingest PATH... [--prune] [--report FILE.json]`` (``python -m ingestion`` runs that command).
 
-    Opens the store with :func:`ingestion.store.open_store`, ingests, logs each failed file
+    Opens the store with :func:`ingestion.stores.chunk_store.open_store`, ingests, logs each failed file
     and record, and writes the report to ``report_file`` -- also when the run could not
     happen (another ingest holds the lock) or stopped (store error): ``error`` then says why.
 
@@ -72,7 +72,7 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
         try:
             with stop_on_signals():
                 report = ingest_paths([Path(p) for p in paths], store, prune=prune, progress=progress,
-                                      loader_config=loader_config)
+                                      options=IngestOptions(loader_config=loader_config or LoaderConfig()))
         except IngestInterrupted as exc:  # SIGINT / SIGTERM: the report says what was stored
             report, code = exc.report or report, exc.exit_code
             report.error = report.error or f"interrupted by {exc.signal_name} before any file was read"

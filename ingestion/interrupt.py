@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ingestion.report import FileReport, IngestReport
-    from ingestion.store import DocumentWrite, WriteBatch
+    from ingestion.stores.chunk_store import DocumentWrite, WriteBatch
 
 log = logging.getLogger(__name__)
 

@@ -35,14 +35,15 @@ same file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ from ingestion.report import (
     FileReport,
     IngestReport,
 )
-from ingestion.store import ChunkStore, DocumentWrite, WriteBatch
+from ingestion.stores.chunk_store import ChunkStore, DocumentWrite, WriteBatch
 from ingestion.stores.ingest_lock import IngestLock
 from ingestion.stores.manifest import DocumentRecord, FileRecord
 
@@ -70,6 +71,44 @@ log = logging.getLogger(__name__)
 
 #: Chunks per write batch: large enough for efficient embedding, small enough to lose little on a kill.
 DEFAULT_BATCH_CHUNKS = 256
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """How a run loads files and which stored documents it may replace or prune.
+
+    Attributes:
+        loader_config: loader options (CSV columns, time zone, shift windows).
+        batch_chunks: chunks per write batch.
+        prune_under: with ``prune``, only documents whose source file lay under this folder
+            are pruned for being gone (None: any document of the store).
+        supersede_under: a stored document of the same source name from another file under this
+            folder is replaced, not refused (the API's uploads: a newer upload replaces the older).
+        may_write: a file with a document (new, or stored and replaced) it refuses is ``failed``.
+    """
+
+    loader_config: LoaderConfig = field(default_factory=LoaderConfig)
+    batch_chunks: int = DEFAULT_BATCH_CHUNKS
+    prune_under: Path | None = None
+    supersede_under: Path | None = None
+    may_write: Callable[[Mapping[str, Any]], bool] | None = None
+
+
+@contextlib.contextmanager
+def ingest_run(store: ChunkStore, *, exclusive: bool) -> Iterator[tuple[IngestLock, list[str]]]:
+    """The run lock for one ingest run and the doc ids recovered at its start.
+
+    Intent rows are recovered (:meth:`ChunkStore.recover`) only by a run that found no other live:
+    the rows of a live run's in-flight batch are not an interrupted write. Then the lock is shared.
+
+    Raises:
+        StoreLockedError: as :meth:`ChunkStore.ingest_lock`.
+    """
+    with store.ingest_lock(exclusive=exclusive) as lock:
+        recovered = store.recover() if lock.alone else []
+        if not exclusive:
+            lock.share()
+        yield lock, recovered
 
 
 @dataclass(frozen=True)
@@ -84,19 +123,18 @@ class _Parsed:
 class _Run:
     """State of one :func:`ingest_paths` call: the store, the report, the open write batch."""
 
-    def __init__(self, store: ChunkStore, report: IngestReport, tracker: ProgressTracker, *, prune: bool,
-                 config: LoaderConfig, batch_chunks: int, prune_under: Path | None = None,
-                 supersede_under: Path | None = None, lock: IngestLock,
-                 may_write: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+    def __init__(self, store: ChunkStore, report: IngestReport, tracker: ProgressTracker, lock: IngestLock, *,
+                 prune: bool, options: IngestOptions) -> None:
         self.store = store
-        self.may_write = may_write
+        self.may_write = options.may_write
         self.lock = lock  # the run lock: source locks while another run may write at once
         self.report = report
         self.tracker = tracker
         self.prune = prune
-        self.config = config
-        self.batch_chunks = batch_chunks
-        self.prune_under = prune_under
+        self.config = options.loader_config
+        self.batch_chunks = options.batch_chunks
+        self.prune_under = options.prune_under
+        supersede_under = options.supersede_under
         self.supersede_under = Path(os.path.abspath(supersede_under)) if supersede_under is not None else None
         #: realpath of each file read this run -> its source, so a symlink to it is reported as the same file
         self.targets: dict[str, str] = {}
@@ -104,7 +142,8 @@ class _Run:
         self.batch_chunk_count = 0  # chunks in self.batch (WriteBatch.n_chunks sums them all)
         self.current: FileReport | None = None  # the file being processed
         self.current_keys: list[str] = []  # its source locks' keys
-        self.settings_sig = hashlib.sha256(f"{store.index_signature}|{config.signature()}".encode()).hexdigest()[:16]
+        signature = f"{store.index_signature}|{self.config.signature()}"
+        self.settings_sig = hashlib.sha256(signature.encode()).hexdigest()[:16]
 
     def process(self, path: Path, entry: FileReport) -> None:
         """Ingest one file, filling in ``entry``: read -> load -> chunk -> settle (each phase may end it)."""
@@ -115,7 +154,7 @@ class _Run:
         self.hold_source(entry.source, source_abs)
         if not self._writable(entry, self.store.manifest.for_source(entry.source, source_abs)):
             return
-        known = self.store.manifest.get_file(source_abs)
+        known = self.store.manifest.files.get(source_abs)
         if (known and known.sha256 == digest and known.settings_sig == self.settings_sig
                 and known.source == entry.source):
             entry.status, entry.format = "unchanged", known.format
@@ -250,7 +289,7 @@ class _Run:
                     self.batch.relocate.append((doc.doc_id, parsed.source_abs))
                 self.tracker.record_done(entry.source)
                 continue
-            chunks = self.store.chunk_document(doc)
+            chunks = self.store.chunker.chunk(doc)
             self.batch.writes.append(DocumentWrite(doc, chunks, parsed.source_abs))
             self.batch_chunk_count += len(chunks)
             entry.written_documents += 1
@@ -293,7 +332,7 @@ class _Run:
         if self.batch.is_empty():
             return
         try:
-            self.store.check_room()
+            self.store.reserve.require_room()
             result = self.store.apply(self.batch)
         except StoreError as exc:
             self._fail_batch(exc)
@@ -329,21 +368,19 @@ class _Run:
     def prune_missing(self) -> None:
         """Queue the deletion of documents whose source file is gone (under ``prune_under``), and forget those files."""
         self.flush()  # documents relocated or rewritten this run must not look gone
-        gone = self.store.prunable_documents(under=self.prune_under)
+        gone = self.store.manifest.prunable(under=self.prune_under)
         if gone:
             log.info("pruning %d document(s) whose source file is gone", len(gone))
             self.batch.deletes.extend(gone)
             self.report.pruned_documents = len(gone)
         scope = Path(os.path.abspath(self.prune_under)) if self.prune_under is not None else None
-        self.batch.forget_files.extend(p for p in self.store.manifest.all_files() if not os.path.exists(p)
+        self.batch.forget_files.extend(p for p in self.store.manifest.files.paths() if not os.path.exists(p)
                                        and (scope is None or Path(p).is_relative_to(scope)))
 
 
 def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, progress: bool | None = None,
                  on_progress: Callable[[IngestProgress], None] | None = None, root: Path | None = None,
-                 loader_config: LoaderConfig | None = None, batch_chunks: int = DEFAULT_BATCH_CHUNKS,
-                 prune_under: Path | None = None, supersede_under: Path | None = None,
-                 may_write: Callable[[Mapping[str, Any]], bool] | None = None) -> IngestReport:
+                 options: IngestOptions | None = None) -> IngestReport:
     """Ingest files and directories into ``store``.
 
     Args:
@@ -351,16 +388,10 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
         store: the target store.
         prune: delete documents whose source file is gone, entries that vanished from a
             file, and documents of files that became empty.
-        prune_under: with ``prune``, only documents whose source file lay under this folder
-            are pruned for being gone (None: any document of the store).
-        supersede_under: a stored document of the same source name from another file under this
-            folder is replaced, not refused (the API's uploads: a newer upload replaces the older).
-        may_write: a file with a document (new, or stored and replaced) it refuses is ``failed``.
         progress: rich progress bar (True), log lines (False), or auto: a bar when stderr is a TTY.
         on_progress: called with an :class:`IngestProgress` after each file and batch.
         root: sources are recorded relative to it (default: :func:`common_root` of ``paths``).
-        loader_config: loader options (CSV columns, time zone, shift windows).
-        batch_chunks: chunks per write batch.
+        options: loader options, batch size and the replace/prune rules (default: :class:`IngestOptions`).
     Returns:
         The :class:`IngestReport`; a missing path or bad file is a ``failed`` entry, a named
         pipe, socket or device a ``skipped`` one, not an exception.
@@ -377,13 +408,12 @@ def ingest_paths(paths: list[Path], store: ChunkStore, *, prune: bool = False, p
     report = IngestReport()
     paths = [Path(p) for p in paths]
     root = Path(root) if root is not None else common_root([p for p in paths if p.exists()] or paths)
-    with store.ingest_run(exclusive=prune) as (lock, recovered):
+    with ingest_run(store, exclusive=prune) as (lock, recovered):
         report.recovered_documents = len(recovered)
         files = _discover(paths, root, report)
         display = ProgressDisplay(sys.stderr.isatty() if progress is None else progress, len(files))
-        run = _Run(store, report, ProgressTracker(display, on_progress, files, started), prune=prune,
-                   config=loader_config or LoaderConfig(), batch_chunks=batch_chunks, prune_under=prune_under,
-                   supersede_under=supersede_under, lock=lock, may_write=may_write)
+        run = _Run(store, report, ProgressTracker(display, on_progress, files, started), lock, prune=prune,
+                   options=options or IngestOptions())
         try:
             _ingest_files(run, files, root)
         except StoreError as exc:
@@ -450,7 +480,8 @@ def _ingest_files(run: _Run, files: list[Path], root: Path) -> None:
     run.flush()
 
 
-__all__ = ["IngestProgress", "IngestReport", "FileReport", "ingest_paths", "discover_files", "common_root",
+__all__ = ["IngestOptions", "IngestProgress", "IngestReport", "FileReport", "ingest_paths", "ingest_run",
+           "discover_files", "common_root",
            "source_name", "own_path", "read_regular_file", "NotRegularFileError", "StoreError", "IngestInterrupted",
            "stop_on_signals", "mark_not_reached",
            "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED", "EXIT_STORE", "EXIT_CODES_HELP"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 #: Exit codes of ``copilot ingest`` (and ``python -m ingestion``, which runs it).
 EXIT_OK = 0
@@ -29,7 +29,8 @@ EXIT_CODES_HELP = (
 FILE_STATUSES = ("indexed", "unchanged", "skipped-empty", "skipped", "failed")
 
 #: Outcomes of a whole run (:attr:`IngestReport.outcome`; an API ingest job's final status).
-RUN_OUTCOMES = ("succeeded", "partial", "failed")
+RunOutcome = Literal["succeeded", "partial", "failed"]
+RUN_OUTCOMES: tuple[RunOutcome, ...] = ("succeeded", "partial", "failed")
 
 
 @dataclass
@@ -123,7 +124,7 @@ class IngestReport:
         return self.error is None and self.counts["failed"] == 0 and self.failed_records == 0
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> RunOutcome:
         """One of :data:`RUN_OUTCOMES`: ``succeeded`` when :attr:`ok`; ``failed`` when the run did
         not complete (``error``) or no file was stored (none ``indexed`` or ``unchanged``) while
         some failed; otherwise ``partial``: some files or records failed, the others were stored."""

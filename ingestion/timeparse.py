@@ -74,7 +74,7 @@ def parse_timestamp(value: object, default_tz: dt.tzinfo = dt.timezone.utc) -> d
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=default_tz)
 
 
-def time_fields(name: str, value: object, default_tz: dt.tzinfo = dt.timezone.utc) -> dict[str, object]:
+def time_fields(name: str, value: object, default_tz: dt.tzinfo = dt.timezone.utc) -> dict[str, int | str | None]:
     """Metadata pair for one timestamp: ``{f"{name}_ts": epoch seconds (int), name: ISO string}``.
 
     Unparseable or empty values give ``{f"{name}_ts": None, name: <raw string or None>}``

@@ -1,5 +1,5 @@
 """Value objects of one store write: the documents to (re)write, deletions, file fingerprints,
-and what :meth:`ingestion.store.ChunkStore.apply` changed."""
+and what :meth:`ingestion.stores.chunk_store.ChunkStore.apply` changed."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ os.environ.setdefault("COPILOT_TARGET_MODEL", "HuggingFaceTB/SmolLM2-135M-Instru
 # ======================================================================================
 # Models are built on first use (seeded, so identical in every run), saved with a
 # trained byte-level BPE tokenizer into a session temp folder and loaded through the
-# real path, decoding.models.load_model(path, device="cpu", dtype="float32").
+# real path, decoding.backends.models.load_model(path, device="cpu", dtype="float32").
 import random as _dec_random  # noqa: E402
 from pathlib import Path as _DecPath  # noqa: E402
 
@@ -71,7 +71,7 @@ _DEC_MODELS = {
 class TinyModels:
     """Factory of tiny random Llama models, built and saved once per session.
 
-    ``path(name)`` is the saved folder, ``load(name)`` the :class:`decoding.models.LoadedModel`,
+    ``path(name)`` is the saved folder, ``load(name)`` the :class:`decoding.backends.models.LoadedModel`,
     ``greedy(name, prompt, n)`` plain greedy ids from ``model.generate`` with EOS disabled.
     """
 
@@ -147,7 +147,7 @@ class TinyModels:
     def load(self, name: str):
         """The model loaded through the real code path (CPU, float32), cached per session."""
         if name not in self._loaded:
-            from decoding.models import load_model
+            from decoding.backends.models import load_model
 
             self._loaded[name] = load_model(str(self.path(name)), device="cpu", dtype="float32")
         return self._loaded[name]
@@ -268,7 +268,7 @@ def scripted_target():
 
     import torch
 
-    from decoding.models import LoadedModel
+    from decoding.backends.models import LoadedModel
 
     class ScriptedLM(torch.nn.Module):
         def __init__(self, sequence, vocab, max_positions, eos_token_id) -> None:
@@ -298,7 +298,7 @@ def scripted_target():
 
 
 class ScriptedDrafter:
-    """A fake drafter plugged into the engine through the :class:`decoding.drafter.Drafter`
+    """A fake drafter plugged into the engine through the :class:`decoding.drafters.base.Drafter`
     protocol (no engine subclass): a point mass (like the n-gram one) proposing
     ``script(output_so_far + after)``, free to propose (``step_ms`` 0). ``proposals`` records
     what it proposed."""
@@ -315,13 +315,13 @@ class ScriptedDrafter:
         self.output.extend(int(t) for t in new_tokens)
 
     def offer(self, max_tokens: int, after=()):
-        from decoding.drafter import Offer
+        from decoding.drafters.base import Offer
 
         n = len(list(self.script(self.output + list(after)))[: max(max_tokens, 0)])
         return Offer(self.name, n, ("scripted",), "scripted continuation", 0.0)
 
     def propose(self, max_tokens: int, after=()):
-        from decoding.drafter import Draft
+        from decoding.drafters.base import Draft
 
         tokens = list(self.script(self.output + list(after)))[: max(max_tokens, 0)]
         self.proposals.append(tokens)
@@ -332,9 +332,9 @@ class ScriptedDrafter:
 def scripted_engine():
     """Factory ``(target, script, **engine_kwargs) -> SpeculativeEngine`` whose only drafter
     is a :class:`ScriptedDrafter` named ``"ngram"`` proposing ``script(output_so_far)``; run
-    it with ``drafting="ngram"`` (fixed γ) or ``"auto"``. ``engine.drafters[0]`` is the drafter."""
+    it with ``drafting="ngram"`` (fixed γ) or ``"auto"``. ``engine.core.drafters[0]`` is the drafter."""
     from decoding import SpeculativeEngine
-    from decoding.policy import CostModel
+    from decoding.planning.policy import CostModel
 
     def make(target, script, **kwargs):
         kwargs.setdefault("costs", CostModel(verify_ms=(1.0,) * 12))
@@ -360,7 +360,7 @@ def embedded_target(tmp_path_factory):
     """SmolLM2-135M-Instruct from the embedded GGUF, fp32 on CPU (dequantized once per session)."""
     import torch
 
-    from decoding.models import EMBEDDED_TARGET_ID, load_model
+    from decoding.backends.models import EMBEDDED_TARGET_ID, load_model
 
     torch.set_num_threads(2)
     return load_model(EMBEDDED_TARGET_ID, device="cpu", dtype="float32",
@@ -371,8 +371,8 @@ def embedded_target(tmp_path_factory):
 def qwen_gguf_cache(tmp_path_factory):
     """A folder holding the embedded Qwen2.5-Coder 0.5B GGUF (assembled once) and, after the first
     load, its converted tokenizer: shared by the llama.cpp tests so that both are made once a session."""
-    from decoding.embedded import QWEN_CODER_05B
-    from decoding.llamacpp import embedded_gguf
+    from decoding.backends.embedded import QWEN_CODER_05B
+    from decoding.backends.llamacpp import embedded_gguf
 
     if QWEN_CODER_05B.missing_parts():
         pytest.skip("the Qwen 0.5B part wheels are not installed (scripts/setup.sh installs them)")
@@ -406,7 +406,7 @@ def sample_service(tmp_path_factory, embedded_engine, embedder):
     from copilot.config import Settings
     from copilot.service import CopilotService
     from ingestion.pipeline import ingest_paths
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     data_dir = tmp_path_factory.mktemp("copilot-data")
     settings = Settings(data_dir=data_dir, max_new_tokens=48, _env_file=None)
@@ -448,7 +448,7 @@ def light_store(tmp_path_factory):
     from ingestion_helpers import HashEmbedder
 
     from ingestion.pipeline import ingest_paths
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     store = ChunkStore(tmp_path_factory.mktemp("light-data"), embedder=HashEmbedder())
     ingest_paths([SAMPLE_CORPUS], store, progress=False)

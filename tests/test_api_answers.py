@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from answering import answer as answer_of
 from fastapi.testclient import TestClient
 
+from copilot.answer.prompting import ChatTurn, build_prompt, format_source
+from copilot.answer.question import GenerationParams, QuestionRequest
 from copilot.api.app import create_app
-from copilot.prompting import ChatTurn, build_prompt, format_source
 from copilot.service import CopilotService
 from decoding.engine import GenerationResult, StreamEvent
 from decoding.stats import GenerationStats
@@ -26,14 +28,14 @@ def client(sample_service):
 
 
 def test_search_returns_documents_with_evidence_lines_and_no_model_call(client, sample_service):
-    passes = sample_service.engine.acceptance  # untouched by search: no generation
+    passes = sample_service.models.engine.core.acceptance  # untouched by search: no generation
     r = client.post("/v1/search", json={"question": FNAL, "max_sources": 5})
     assert r.status_code == 200, r.text
     sources = r.json()["sources"]
     assert len(sources) == 5 and len({s["doc_id"] for s in sources}) == 5
     assert any("voms-cms-auth.cern.ch.lsc" in h for s in sources for h in s["highlights"])
     assert all(1 <= len(s["highlights"]) <= 3 for s in sources)
-    assert sample_service.engine.acceptance is passes
+    assert sample_service.models.engine.core.acceptance is passes
     r = client.post("/v1/search", json={"question": "OPS-107", "filters": {"doc_types": ["jira"]}})
     assert r.status_code == 200 and r.json()["sources"][0]["doc_id"].endswith("#OPS-107")
 
@@ -64,7 +66,7 @@ def test_too_long_and_blank_questions_are_400(client):
 
 def test_history_never_crowds_out_the_sources(sample_service):
     """30 turns x 400 characters (and x 1,500) used to leave no room for any passage."""
-    tok = sample_service.engine.target.tokenizer
+    tok = sample_service.models.engine.target.tokenizer
     sources = sample_service.search(FNAL, 5)
     for chars in (400, 1500):
         history = [ChatTurn("user" if i % 2 == 0 else "assistant", f"turn {i} " + "lorem ipsum " * (chars // 12))
@@ -105,7 +107,8 @@ class _CannedEngine:
 
 
 def test_citations_naming_no_source_are_removed_streamed_and_whole(sample_service):
-    prepared = sample_service.prepare(sample_service.question(FNAL, max_sources=3, max_new_tokens=8))
+    asked = QuestionRequest(FNAL, max_sources=3, generation=GenerationParams(max_new_tokens=8))
+    prepared = sample_service.prepare(sample_service.question(asked))
     assert len(prepared.prompt.sources) == 3
     canned = CopilotService(sample_service.settings, sample_service.store,
                             _CannedEngine(["The LSC file was deployed [", "3]", " and the door restarted [", "7].",
@@ -114,5 +117,5 @@ def test_citations_naming_no_source_are_removed_streamed_and_whole(sample_servic
     text = "".join(e.delta for e in events)
     assert text == "The LSC file was deployed [3] and the door restarted. See [1]."
     assert events[-1].result.text == text and events[-1].invalid_citations == [7, 9]
-    answer = canned.answer(prepared)
+    answer = answer_of(canned, prepared)
     assert answer.text == text and answer.cited == [3, 1] and answer.invalid_citations == [7, 9]

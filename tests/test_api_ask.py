@@ -7,6 +7,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from copilot.answer.question import GenerationParams, QuestionRequest
 from copilot.api.app import create_app
 
 pytestmark = pytest.mark.slow
@@ -100,7 +101,7 @@ def test_generation_settings_out_of_range_are_a_400_naming_the_field(client, pay
 def test_generation_settings_reach_the_engine(client, sample_service):
     """Every setting is honoured (the engine applies them exactly as generate() does: tests/
     test_decoding_settings.py) — here: they arrive, and a suppressed token never appears."""
-    tok = sample_service.engine.target.tokenizer
+    tok = sample_service.models.engine.target.tokenizer
     plain = client.post("/v1/ask", json={"question": "How was the FNAL link fixed?", "max_new_tokens": 24}).json()
     first = tok(plain["answer"], add_special_tokens=False)["input_ids"][0]
     body = {"question": "How was the FNAL link fixed?", "max_new_tokens": 24, "repetition_penalty": 1.3,
@@ -126,10 +127,11 @@ def test_citations_map_to_the_numbered_sources_of_the_prompt(client, sample_serv
     r = client.post("/v1/ask", json={"question": question, "max_new_tokens": 0, "top_k": 4})
     assert r.status_code == 200, r.text
     sources = r.json()["sources"]
-    prepared = sample_service.prepare(sample_service.question(question, max_sources=4, max_new_tokens=0))
+    asked = QuestionRequest(question, max_sources=4, generation=GenerationParams(max_new_tokens=0))
+    prepared = sample_service.prepare(sample_service.question(asked))
     assert [s["doc_id"] for s in sources] == [x.doc_id for x in prepared.prompt.sources]
     assert len({s["doc_id"] for s in sources}) == len(sources)  # one entry per document
-    prompt = sample_service.engine.target.tokenizer.decode(prepared.prompt.input_ids)
+    prompt = sample_service.models.engine.target.tokenizer.decode(prepared.prompt.input_ids)
     # Source n is "[n] " + its document header, the n-th block of the prompt.
     positions = [prompt.index(f"[{x.n}] {x.header}") for x in prepared.prompt.sources]
     assert positions == sorted(positions)
@@ -174,7 +176,7 @@ def test_max_sources_larger_than_the_collection(client, sample_service):
     r = client.post("/v1/ask", json={"question": "pool", "max_sources": 100, "max_new_tokens": 0})
     assert r.status_code == 200, r.text
     sources = r.json()["sources"]
-    assert 0 < len(sources) <= sample_service.store.count_documents() < 100
+    assert 0 < len(sources) <= sample_service.store.manifest.count() < 100
     assert [s["n"] for s in sources] == list(range(1, len(sources) + 1))
 
 
@@ -204,7 +206,7 @@ def test_sse_wire_format(client, sse_events):
 def empty_client(tmp_path, embedded_engine, embedder):
     from copilot.config import Settings
     from copilot.service import CopilotService
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     settings = Settings(data_dir=tmp_path, _env_file=None)
     service = CopilotService(settings, ChunkStore(tmp_path, embedder=embedder), embedded_engine)
@@ -213,7 +215,7 @@ def empty_client(tmp_path, embedded_engine, embedder):
 
 
 def test_empty_store_answers_that_there_is_no_context(empty_client, sse_events):
-    from copilot.prompting import no_context_answer
+    from copilot.answer.prompting import no_context_answer
 
     NO_CONTEXT_ANSWER = no_context_answer(store_empty=True, filtered=False, scoped=False)
     assert "the document store is empty." in NO_CONTEXT_ANSWER

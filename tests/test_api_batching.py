@@ -14,14 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
+from answering import ask as ask_alone
 from pydantic import ValidationError
 from test_api_operations import QUESTION, PacedEngine, _settings, _wait
 
 from copilot.api.app import create_app
-from copilot.api.scheduler import BatchScheduler, InterleavedBatch
 from copilot.api.server import ServerThread
 from copilot.config import Settings
 from copilot.service import CopilotService
+from copilot.serving.scheduler import BatchScheduler, InterleavedBatch
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +35,9 @@ QUESTIONS = ["How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?",
 def test_answers_asked_together_equal_the_same_questions_asked_alone(sample_service, tmp_path_factory):
     alone = {}
     for q in QUESTIONS:
-        alone[q] = sample_service.ask(q, max_new_tokens=24).text
+        alone[q] = ask_alone(sample_service, q, max_new_tokens=24).text
     settings = _settings(tmp_path_factory, max_new_tokens=24, max_batch=4, max_sources=None)
-    service = CopilotService(settings, sample_service.store, sample_service.engine)
+    service = CopilotService(settings, sample_service.store, sample_service.models.engine)
     with ServerThread(create_app(settings, service)) as server, ThreadPoolExecutor(len(QUESTIONS)) as pool:
         def ask(q: str) -> dict:
             r = httpx.post(server.url + "/v1/ask", json={"question": q, "max_new_tokens": 24}, timeout=300)

@@ -6,16 +6,19 @@ OpenAI conventions they rely on (error shape, tools accepted, system messages, r
 from __future__ import annotations
 
 import base64
+import copy
 
 import httpx
 import numpy as np
 import openai
 import pytest
 
+from copilot.answer.question import GenerationParams, QuestionRequest
 from copilot.api.app import create_app
 from copilot.api.server import ServerThread
 from copilot.config import Settings
 from copilot.service import CopilotService
+from decoding import SpeculativeEngine
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +33,7 @@ TOOLS = [{"type": "function", "function": {"name": "web_search", "description": 
 def server(sample_service, tmp_path_factory):
     settings = Settings(data_dir=tmp_path_factory.mktemp("clients-data"), max_new_tokens=8, max_sources=2,
                         api_keys=[KEY], _env_file=None)
-    service = CopilotService(settings, sample_service.store, sample_service.engine)
+    service = CopilotService(settings, sample_service.store, sample_service.models.engine)
     with ServerThread(create_app(settings, service)) as srv:
         yield srv
 
@@ -62,8 +65,9 @@ def test_system_messages_reach_the_prompt_within_the_budget(client, sample_servi
     told = client.chat.completions.create(model="opscopilot", max_tokens=2,
                                           messages=[{"role": "system", "content": system}] + messages)
     assert told.usage.prompt_tokens > plain.usage.prompt_tokens
-    prepared = sample_service.prepare(sample_service.question(QUESTION, instructions=system, max_new_tokens=2))
-    prompt = sample_service.engine.target.tokenizer.decode(prepared.prompt.input_ids)
+    asked = QuestionRequest(QUESTION, instructions=system, generation=GenerationParams(max_new_tokens=2))
+    prepared = sample_service.prepare(sample_service.question(asked))
+    prompt = sample_service.models.engine.target.tokenizer.decode(prepared.prompt.input_ids)
     assert system in prompt and prompt.index(system) < prompt.index("Sources:")
     with pytest.raises(openai.BadRequestError) as err:  # a system message over the budget: refused, not cut
         client.chat.completions.create(model="opscopilot", max_tokens=2,
@@ -78,12 +82,13 @@ def test_retrieval_off_answers_the_messages_as_sent(client, sample_service):
     r = client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": stuffed}],
                                        max_tokens=8, extra_body={"use_context": False})
     assert r.model_extra["sources"] == [] and "Sources:" not in r.choices[0].message.content
-    tokenizer = sample_service.engine.target.tokenizer
+    tokenizer = sample_service.models.engine.target.tokenizer
     expected = tokenizer.apply_chat_template([{"role": "user", "content": stuffed}], add_generation_prompt=True,
                                              tokenize=True)
     expected = expected["input_ids"] if hasattr(expected, "keys") else expected
     assert r.usage.prompt_tokens == len(expected)
-    plain = sample_service.engine.generate(list(expected), sample_service.generation_config(8)).text
+    config = sample_service.generation_config(GenerationParams(max_new_tokens=8))
+    plain = sample_service.models.engine.generate(list(expected), config).text
     assert r.choices[0].message.content == plain  # exactly greedy decoding of the messages
     # a brought context longer than a question may be (max_question_chars): bounded by tokens only
     long = "Context: " + "dc-pool-07 was restarted. " * 200 + "\n\nWhat was restarted?"
@@ -101,7 +106,8 @@ def test_system_fingerprint_and_context_length(client, sample_service):
                                        max_tokens=2)
     assert r.system_fingerprint and r.system_fingerprint.startswith("fp_")
     card = client.models.retrieve("opscopilot")
-    assert card.id == "opscopilot" and card.model_extra["max_model_len"] == sample_service.engine.target.max_positions
+    window = sample_service.models.engine.target.max_positions
+    assert card.id == "opscopilot" and card.model_extra["max_model_len"] == window
     assert client.models.retrieve(sample_service.settings.target_model).id == sample_service.settings.target_model
     assert client.models.retrieve(EMBEDDING_MODEL).model_extra["max_model_len"] == 256  # not listed: not a chat model
     assert [m.id for m in client.models.list()] == ["opscopilot", sample_service.settings.target_model]
@@ -113,8 +119,9 @@ def test_system_fingerprint_and_context_length(client, sample_service):
 # -- completions, embeddings, responses -----------------------------------------------------------
 def test_completions_are_greedy_decoding_of_the_prompt(client, sample_service):
     prompt = "The dCache pool dc-pool-07 went offline because"
-    ids = sample_service.engine.target.tokenizer(prompt)["input_ids"]
-    plain = sample_service.engine.generate(ids, sample_service.generation_config(8)).text
+    ids = sample_service.models.engine.target.tokenizer(prompt)["input_ids"]
+    config = sample_service.generation_config(GenerationParams(max_new_tokens=8))
+    plain = sample_service.models.engine.generate(ids, config).text
     r = client.completions.create(model="opscopilot", prompt=prompt, max_tokens=8)
     assert r.object == "text_completion" and r.choices[0].text == plain and r.usage.prompt_tokens == len(ids)
     assert r.system_fingerprint.startswith("fp_")
@@ -187,8 +194,9 @@ def test_llamaindex_openailike_with_its_defaults(server, sample_service):
     # (sampled, so not comparable with greedy): 0 asks for the exact greedy text
     llm = OpenAILike(model="opscopilot", api_base=server.url + "/v1", api_key=KEY, max_tokens=8, temperature=0.0)
     prompt = "The dCache pool dc-pool-07 went offline because"
-    ids = sample_service.engine.target.tokenizer(prompt)["input_ids"]
-    plain = sample_service.engine.generate(ids, sample_service.generation_config(8)).text
+    ids = sample_service.models.engine.target.tokenizer(prompt)["input_ids"]
+    config = sample_service.generation_config(GenerationParams(max_new_tokens=8))
+    plain = sample_service.models.engine.generate(ids, config).text
     assert llm.complete(prompt).text == plain
     assert "".join(r.delta for r in llm.stream_complete(prompt)) == plain
 
@@ -214,9 +222,12 @@ def test_openai_error_shapes(server):
 
 
 def test_max_model_len_caps_the_context_window(sample_service, tmp_path):
+    full = sample_service.models.engine
+    target = copy.copy(full.target)
+    target.max_positions = 1024  # as load_target caps it with LoadOptions(max_model_len=1024)
     settings = Settings(data_dir=tmp_path, max_model_len=1024, max_new_tokens=100, _env_file=None)
-    service = CopilotService(settings, sample_service.store, sample_service.engine)
-    assert service.context_length == 1024 < sample_service.engine.target.max_positions
-    assert service.question(QUESTION).prompt_budget == 1024 - 100
+    service = CopilotService(settings, sample_service.store, SpeculativeEngine(target, costs=full.core.costs))
+    assert service.models.context_length == 1024 < full.target.max_positions
+    assert service.question(QuestionRequest(QUESTION)).prompt_budget == 1024 - 100
     with pytest.raises(ValueError, match="greater than or equal to 512"):
         Settings(max_model_len=100, _env_file=None)

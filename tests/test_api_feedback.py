@@ -15,7 +15,7 @@ from copilot.api.app import create_app
 from copilot.config import Settings
 from copilot.service import CopilotService
 from evals.questions import load_questions
-from ingestion.store import ChunkStore
+from ingestion.stores.chunk_store import ChunkStore
 
 KEY = {"Authorization": "Bearer k1"}
 MISSING = object()  # a field left out of the body

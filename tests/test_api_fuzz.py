@@ -37,7 +37,7 @@ CORPUS_FILES = ("tickets/ggus_export.csv", "shiftlogs/shift-2026-01-20.log")
 def fuzz_server(tmp_path_factory, embedded_engine, embedder):
     """A real uvicorn serving the app over its own small store, with tiny budgets."""
     from ingestion.pipeline import ingest_paths
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
 
     corpus = tmp_path_factory.mktemp("fuzz-corpus")

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from copilot.api.app import create_app
 from copilot.config import Settings
 from copilot.service import CopilotService
-from ingestion.store import ChunkStore
+from ingestion.stores.chunk_store import ChunkStore
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ def test_server_side_path_ingest_job(env):
     report = job["report"]
     assert report["counts"]["failed"] == 0 and report["documents"] == 23
     assert {f["source"] for f in report["files"]} == {"ggus_export.csv", "jira_export.json"}
-    assert store.count_documents() >= 23
+    assert store.manifest.count() >= 23
     # idempotent: the same path again changes nothing; an absolute path inside the root is fine too
     r = client.post("/v1/ingest", json={"path": str(root / "tickets")}, headers=KEY)
     again = _wait_job(client, r.json()["id"])
@@ -95,11 +95,11 @@ def test_server_side_path_ingest_job(env):
 ])
 def test_server_side_paths_that_escape_are_rejected(env, path, status, reason):
     client, settings, store, root, outside = env
-    before = store.count_documents()
+    before = store.manifest.count()
     r = client.post("/v1/ingest", json={"path": path}, headers=KEY)
     assert r.status_code == status, r.text
     assert reason in r.json()["detail"]
-    assert store.count_documents() == before
+    assert store.manifest.count() == before
 
 
 def test_outside_absolute_path_and_bad_bodies(env):
@@ -137,8 +137,8 @@ def test_upload_ingest_job(env):
     saved = settings.data_dir / "uploads" / "uploaded"  # a stable home: uploads/<folder>/<name>, whatever the job
     assert sorted(p.name for p in saved.iterdir()) == ["broken.json", "facility.elog", "jira_export.json"]
     assert not (settings.data_dir / "uploads" / ".incoming" / job_id).exists()
-    assert store.get_document_info("uploaded/jira_export.json#OPS-101") is not None
-    assert store.get_document_info("uploaded/facility.elog#12") is not None
+    assert store.manifest.info("uploaded/jira_export.json#OPS-101") is not None
+    assert store.manifest.info("uploaded/facility.elog#12") is not None
 
 
 @pytest.mark.parametrize("files,data,status,reason", [
@@ -152,12 +152,12 @@ def test_bad_uploads_are_rejected_and_leave_nothing(env, files, data, status, re
     client, settings, store, root, _ = env
     uploads = settings.data_dir / "uploads"
     before = sorted(p.name for p in uploads.iterdir()) if uploads.exists() else []
-    docs = store.count_documents()
+    docs = store.manifest.count()
     r = client.post("/v1/ingest", headers=KEY, data=data, files=files or {"unrelated": (None, "x")})
     assert r.status_code == status, r.text
     assert reason in r.json()["detail"]
     after = sorted(p.name for p in uploads.iterdir()) if uploads.exists() else []
-    assert after == before and store.count_documents() == docs
+    assert after == before and store.manifest.count() == docs
 
 
 def test_upload_path_traversal_in_file_name_is_neutralised(env):
@@ -197,7 +197,7 @@ def test_get_and_delete_a_document_whose_id_has_slash_and_hash(env):
                 files=[("files", ("jira_export.json", open(os.path.join(CORPUS, "tickets", "jira_export.json"),
                                                           "rb").read()))])
     deadline = time.monotonic() + 120
-    while store.get_document_info("tickets/jira_export.json#OPS-102") is None:
+    while store.manifest.info("tickets/jira_export.json#OPS-102") is None:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     doc_id = "tickets/jira_export.json#OPS-101"
@@ -208,7 +208,7 @@ def test_get_and_delete_a_document_whose_id_has_slash_and_hash(env):
     r = client.delete("/v1/documents/" + quote(doc_id, safe="/"), headers=KEY)
     assert r.status_code == 200 and r.json()["deleted"] == doc_id and r.json()["chunks"] >= 1
     assert client.get("/v1/documents", headers=KEY).json()["total"] == total - 1
-    assert store.get_document_chunks(doc_id) == []
+    assert store.lexical.document_chunks(doc_id) == []
     assert client.delete("/v1/documents/" + quote(doc_id, safe="/"), headers=KEY).status_code == 404
     # fully percent-encoded works as well
     r = client.delete("/v1/documents/" + quote("tickets/jira_export.json#OPS-102", safe=""), headers=KEY)
@@ -247,8 +247,8 @@ def test_uploading_a_file_again_replaces_it_when_changed_and_reports_unchanged_w
     third = _upload(client, [("tickets.json", edited)], folder="reup")
     (entry,) = third["report"]["files"]
     assert entry["status"] == "indexed" and entry["written_documents"] >= 1 and entry["reason"] is None
-    assert store.get_document_info("reup/tickets.json#OPS-901") is not None
-    assert store.get_document_info("reup/tickets.json#OPS-101") is not None  # kept: no prune asked
+    assert store.manifest.info("reup/tickets.json#OPS-901") is not None
+    assert store.manifest.info("reup/tickets.json#OPS-101") is not None  # kept: no prune asked
     # without a folder too
     assert _upload(client, [("solo.jsonl", _records(("KB-1", "renew cert")))])["report"]["counts"]["indexed"] == 1
     assert _upload(client, [("solo.jsonl", _records(("KB-1", "renew cert")))])["report"]["counts"]["unchanged"] == 1
@@ -262,11 +262,11 @@ def test_upload_prune_removes_the_folders_files_that_are_gone(env):
     _upload(client, [("b.jsonl", _records(("B-9", "same name, other folder")))], folder="other")
     job = _upload(client, [("a.jsonl", a)], folder="pr", prune="true")
     assert job["report"]["files"][0]["status"] == "unchanged" and job["report"]["pruned_documents"] == 1
-    assert store.get_document_info("pr/b.jsonl#B-1") is None
+    assert store.manifest.info("pr/b.jsonl#B-1") is None
     assert not (settings.data_dir / "uploads" / "pr" / "b.jsonl").exists()
-    assert store.get_document_info("pr/a.jsonl#A-1") is not None
-    assert store.get_document_info("pr/sub/c.jsonl#C-1") is not None  # a sub-folder is another upload folder
-    assert store.get_document_info("other/b.jsonl#B-9") is not None
+    assert store.manifest.info("pr/a.jsonl#A-1") is not None
+    assert store.manifest.info("pr/sub/c.jsonl#C-1") is not None  # a sub-folder is another upload folder
+    assert store.manifest.info("other/b.jsonl#B-9") is not None
 
 
 def test_upload_replaces_documents_stored_from_the_old_per_job_layout(env):
@@ -277,11 +277,11 @@ def test_upload_replaces_documents_stored_from_the_old_per_job_layout(env):
     (legacy / "legacy").mkdir(parents=True)
     (legacy / "legacy" / "kb.jsonl").write_bytes(_records(("L-1", "old layout"), ("L-2", "kept")))
     ingest_paths([legacy / "legacy" / "kb.jsonl"], store, progress=False, root=legacy)
-    assert store.get_document_info("legacy/kb.jsonl#L-1") is not None
+    assert store.manifest.info("legacy/kb.jsonl#L-1") is not None
     job = _upload(client, [("kb.jsonl", _records(("L-1", "old layout"), ("L-3", "new")))], folder="legacy")
     (entry,) = job["report"]["files"]
     assert entry["status"] == "indexed" and entry["written_documents"] == 1, entry
-    assert store.get_document_info("legacy/kb.jsonl#L-3") is not None
+    assert store.manifest.info("legacy/kb.jsonl#L-3") is not None
 
 
 def test_upload_folder_that_crosses_an_uploaded_file_is_a_409(env):

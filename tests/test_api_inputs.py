@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from copilot.api import openai_schemas, schemas
 from copilot.api.routes.chat import sources_footer, strip_sources_footer
-from copilot.filters import DATE_FORMATS, Filters, _valid_unicode, parse_compact_date, valid_unicode_deep
+from copilot.search.filters import DATE_FORMATS, Filters, _valid_unicode, parse_compact_date, valid_unicode_deep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHAT = {"model": "opscopilot", "messages": [{"role": "user", "content": "What was the resolution of OPS-107?"}]}

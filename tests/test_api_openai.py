@@ -25,7 +25,7 @@ EXTRA = {"max_sources": 2}  # short prompts keep the real model fast
 def server(sample_service, tmp_path_factory):
     settings = Settings(data_dir=tmp_path_factory.mktemp("openai-data"), max_new_tokens=8, max_sources=2,
                         api_keys=["sk-test"], require_key_for_ask=True, _env_file=None)
-    service = CopilotService(settings, sample_service.store, sample_service.engine)
+    service = CopilotService(settings, sample_service.store, sample_service.models.engine)
     with ServerThread(create_app(settings, service)) as srv:
         yield srv
 
@@ -103,7 +103,7 @@ def test_sources_footer_can_be_turned_off(sample_service, tmp_path):
     from fastapi.testclient import TestClient
 
     settings = Settings(data_dir=tmp_path, max_new_tokens=4, max_sources=2, openai_sources_footer=False, _env_file=None)
-    service = CopilotService(settings, sample_service.store, sample_service.engine)
+    service = CopilotService(settings, sample_service.store, sample_service.models.engine)
     with TestClient(create_app(settings, service)) as c:
         body = c.post("/v1/chat/completions", json={"model": "opscopilot", "messages": [
             {"role": "user", "content": QUESTION}]}).json()

@@ -26,7 +26,7 @@ from decoding.stats import DrafterStats, GenerationStats
 pytestmark = pytest.mark.slow
 
 QUESTION = "How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?"
-POLL_WAIT_S = 0.6  # > generation.POLL_S: long enough for a disconnect check
+POLL_WAIT_S = 0.6  # > question_job.POLL_S: long enough for a disconnect check
 
 
 class PacedEngine:
@@ -53,7 +53,7 @@ class PacedEngine:
             if cancel is not None and cancel():
                 reason = "cancelled"
                 break
-        while reason != "cancelled" and len(out) < config.max_new_tokens:
+        while reason != "cancelled" and len(out) < config.budget.max_new_tokens:
             if cancel is not None and cancel():
                 reason = "cancelled"
                 break

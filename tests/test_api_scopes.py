@@ -35,7 +35,7 @@ from copilot.api.app import create_app  # noqa: E402
 from copilot.config import Settings  # noqa: E402
 from copilot.service import CopilotService  # noqa: E402
 from ingestion.pipeline import ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[1] / "evals" / "data" / "corpus"
 LAYOUT = {"logbooks/operations.elog": "logbooks/operations.elog",
@@ -365,7 +365,7 @@ def test_a_bad_keys_file_names_the_file_and_the_field(tmp_path, text, named):
 def test_keys_file_in_yaml_and_a_bad_one_stops_the_command_line(tmp_path, clean_copilot_env):
     from typer.testing import CliRunner
 
-    from copilot.cli import app
+    from copilot.cli.main import app
 
     good = tmp_path / "keys.yaml"
     good.write_text("keys:\n  - name: ops\n    key: ops-key\n    doc_types: [elog]\n    sources: [logbooks]\n")
@@ -434,4 +434,4 @@ def test_answer_routes_cite_chat_footers_and_draft_only_within_the_scope(tmp_pat
         assert "empty" not in outside.json()["answer"]
     ops_partition = Access("ops", frozenset({"elog", "shiftlog"}), ("logbooks",)).partition
     sec_partition = Access("sec", frozenset({"jira"}), ("tickets/security",)).partition
-    assert {ops_partition, sec_partition} <= set(embedded_engine.history.partitions())
+    assert {ops_partition, sec_partition} <= set(embedded_engine.core.history.partitions())

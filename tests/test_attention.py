@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from decoding.attention import GQA_SDPA, use_gqa_attention
+from decoding.kv.attention import GQA_SDPA, use_gqa_attention
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -21,7 +21,7 @@ def test_verification_logits_are_bitwise_those_of_plain_sdpa(tiny_models, name, 
     """Prefill, then multi-token passes over a cache: identical logits and identical caches."""
     in_place = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    monkeypatch.setattr("decoding.attention.F.scaled_dot_product_attention",
+    monkeypatch.setattr("decoding.kv.attention.F.scaled_dot_product_attention",
                         lambda *a, **kw: in_place.append(kw.get("enable_gqa") and kw.get("attn_mask") is not None)
                         or sdpa(*a, **kw))
     folder = tiny_models.path(name)

@@ -8,11 +8,11 @@ import pytest
 
 from copilot.config import Settings
 from copilot.service import CopilotService
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.derived_draft import AUTO_DRAFT, LEAN_DRAFT
-from decoding.draft_plan import auto_draft_plan, draft_model_plan, lean_draft_loader, load_draft
-from decoding.embedded import QWEN_CODER_05B, QWEN_CODER_15B
-from decoding.policy import CostModel
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.backends.embedded import QWEN_CODER_05B, QWEN_CODER_15B
+from decoding.drafters.derived import AUTO_DRAFT, LEAN_DRAFT
+from decoding.drafters.plan import auto_draft_plan, draft_model_plan, lean_draft_loader, load_draft
+from decoding.planning.policy import CostModel
 
 COSTS = CostModel(verify_ms=(10.0, 10.5, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0))
 
@@ -53,26 +53,28 @@ def test_the_service_serves_while_the_draft_builds_then_reports_the_outcome(tiny
     engine = SpeculativeEngine(target, costs=COSTS)
     settings = Settings(data_dir=tmp_path, device="cpu", draft_model="auto", _env_file=None)
     service = CopilotService(settings, light_store, engine)
-    assert engine.draft is None and "background" in service.draft_status
+    assert engine.core.draft is None and "background" in service.models.draft_status
     prompt = target.tokenizer("disk node restart xrootd service", add_special_tokens=False)["input_ids"]
-    service.start_auto_draft()
-    plain = engine.generate(prompt, GenerationConfig(max_new_tokens=12, drafting="off"))  # serves meanwhile
-    service.wait_for_draft(300)
-    status = service.draft_status
+    service.models.start_auto_draft()
+    plain = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=12),
+                                                     speculation=Speculation(drafting="off")))  # serves meanwhile
+    service.models.wait_for_draft(300)
+    status = service.models.draft_status
     assert status.startswith("derived:int4") and "building" not in status, status
-    if engine.draft is not None:  # attached: it pays at this size; the output is still exact
-        assert [d.name for d in engine.drafters] == ["ngram", "draft_model"]
-        out = engine.generate(prompt, GenerationConfig(max_new_tokens=12, drafting="draft_model"))
+    if engine.core.draft is not None:  # attached: it pays at this size; the output is still exact
+        assert [d.name for d in engine.core.drafters] == ["ngram", "draft_model"]
+        out = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=12),
+                                                       speculation=Speculation(drafting="draft_model")))
         assert out.token_ids == plain.token_ids
     else:  # refused: said why, no draft-model drafter
-        assert [d.name for d in engine.drafters] == ["ngram"]
+        assert [d.name for d in engine.core.drafters] == ["ngram"]
 
 
 def test_readyz_and_config_name_the_draft_model(light_app, tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
     from typer.testing import CliRunner
 
-    from copilot.cli import app
+    from copilot.cli.main import app
 
     with TestClient(light_app()) as c:
         assert c.get("/readyz").json()["draft_model"] == "no target model is loaded"
@@ -82,30 +84,32 @@ def test_readyz_and_config_name_the_draft_model(light_app, tmp_path, monkeypatch
 
 
 def test_an_unknown_draft_spec_is_refused_by_name(tiny_models):
-    from decoding.derived_draft import derive_draft
+    from decoding.drafters.derived import derive_draft
 
     with pytest.raises(ValueError, match="derived:int5"):
         derive_draft(tiny_models.load("small"), "derived:int5")
 
 
 def test_a_draft_attached_after_start_is_used_and_exact(tiny_models):
-    from decoding.derived_draft import derive_draft
+    from decoding.drafters.derived import derive_draft
 
     target = tiny_models.load("large")
     engine = SpeculativeEngine(target, costs=COSTS)
     prompt = target.tokenizer("disk node restart xrootd service", add_special_tokens=False)["input_ids"]
-    plain = engine.generate(prompt, GenerationConfig(max_new_tokens=16, drafting="off"))
+    plain = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=16),
+                                                     speculation=Speculation(drafting="off")))
     engine.attach_draft(derive_draft(target, "derived:int4"), step_ms=1.0, min_confidence=0.0)
-    out = engine.generate(prompt, GenerationConfig(max_new_tokens=16, drafting="draft_model", fixed_gamma=True,
-                                                   num_speculative_tokens=4))
+    out = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=16),
+                                                   speculation=Speculation(drafting="draft_model", mode="fixed",
+                                                                           num_speculative_tokens=4)))
     assert out.token_ids == plain.token_ids and out.stats.to_dict()["drafters"]["draft_model"]["proposed"] > 0
-    assert engine.drafters[-1]._cache is None  # it drafts over the target's KV cache: no copy of its own
+    assert engine.core.drafters[-1]._cache is None  # it drafts over the target's KV cache: no copy of its own
     engine.attach_draft(derive_draft(target, "derived:int4"), step_ms=2.0)  # replaces, never duplicates
-    assert [d.name for d in engine.drafters] == ["ngram", "draft_model"] and engine.costs.draft_step_ms == 2.0
+    assert [d.name for d in engine.core.drafters] == ["ngram", "draft_model"] and engine.core.costs.draft_step_ms == 2.0
 
 
 def test_latency_eval_names_why_assisted_generation_cannot_time_the_lean_draft(tiny_models):
-    from decoding.derived_draft import derive_draft
+    from decoding.drafters.derived import derive_draft
     from evals.latency import LEAN_DRAFT_REASON, latency_modes, skipped_modes
 
     target = tiny_models.load("small")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copilot.citations import CitationFilter, check_citations, cited_numbers, strip_citations
+from copilot.answer.citations import CitationFilter, check_citations, cited_numbers, strip_citations
 
 
 def test_invalid_numbers_are_removed_valid_ones_kept():

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from copilot.cli import app
+from copilot.cli.main import app
 from ingestion.documents import Document
 
 runner = CliRunner()
@@ -59,7 +59,7 @@ def test_bad_configuration_exits_2_with_the_reason(tmp_path):
 @pytest.mark.slow
 def test_documents_list_and_delete(tmp_path, monkeypatch, embedder):
     import ingestion.embedding
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     monkeypatch.setattr(ingestion.embedding, "Embedder", lambda *a, **k: embedder)
     store = ChunkStore(tmp_path / "data", embedder=embedder)
@@ -73,7 +73,7 @@ def test_documents_list_and_delete(tmp_path, monkeypatch, embedder):
     assert len(result.stdout.splitlines()) == 2 and "2 of 3 documents" in result.stderr
     result = runner.invoke(app, ["documents", "delete", "shift/notes.log#1"])
     assert result.exit_code == 0 and "deleted shift/notes.log#1" in result.stdout
-    assert store.count_documents() == 2
+    assert store.manifest.count() == 2
     result = runner.invoke(app, ["documents", "delete", "shift/notes.log#1"])
     assert result.exit_code == 1 and "no document" in result.stderr
 
@@ -200,7 +200,7 @@ def test_second_concurrent_ingest_says_who_holds_the_lock_in_one_line(tmp_path):
     import subprocess
 
     from ingestion.embedding import Embedder
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     folder = tmp_path / "folder"
     folder.mkdir()
@@ -224,7 +224,7 @@ def test_second_concurrent_ingest_says_who_holds_the_lock_in_one_line(tmp_path):
             assert proc.stdout.strip() == ""
             written = json.loads(report.read_text())
             assert "another ingest is running" in written["error"] and written["files"] == []
-    assert store.count_documents() == 0
+    assert store.manifest.count() == 0
     store.close()
 
 

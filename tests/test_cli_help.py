@@ -10,7 +10,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from copilot.cli import app
+from copilot.cli.main import app
 
 runner = CliRunner()
 
@@ -30,7 +30,7 @@ def test_help_imports_no_torch_transformers_chromadb_or_sentence_transformers(tm
     script = f"""
 import json, sys
 from typer.testing import CliRunner
-from copilot.cli import app
+from copilot.cli.main import app
 codes = [CliRunner().invoke(app, args).exit_code for args in {list(map(list, HELPS))!r}]
 print(json.dumps({{"codes": codes, "heavy": [m for m in {HEAVY!r} if m in sys.modules]}}))
 """

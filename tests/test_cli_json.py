@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from copilot.cli import app
+from copilot.cli.main import app
 
 runner = CliRunner()
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def ticket_store(tmp_path, monkeypatch):
 
     import ingestion.embedding
     from ingestion.pipeline import ingest_paths
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     embedder = HashEmbedder()
     monkeypatch.setattr(ingestion.embedding, "Embedder", lambda *a, **k: embedder)
@@ -75,7 +75,7 @@ def test_documents_list_json_is_the_document_page(ticket_store):
     result = runner.invoke(app, ["documents", "list", "--json", "--limit", "2", "--offset", "1"])
     assert result.exit_code == 0, result.output
     page = DocumentPage.model_validate_json(result.stdout)  # the body GET /v1/documents returns
-    assert (page.total, page.offset, page.limit, len(page.documents)) == (ticket_store.count_documents(), 1, 2, 2)
+    assert (page.total, page.offset, page.limit, len(page.documents)) == (ticket_store.manifest.count(), 1, 2, 2)
     assert all(d.n_chunks >= 1 and d.source in ("jira_export.json", "ggus_export.csv") for d in page.documents)
     assert page.documents[0].doc_id.startswith("ggus_export.csv#")
 
@@ -100,7 +100,7 @@ def test_ask_exits_0_after_answering(tmp_path, embedder):
     """The real command in a fresh process, with ``draft_model = auto`` on the CPU (whose
     background derived:int4 build outlived the command and aborted it at exit)."""
     from ingestion.pipeline import ingest_paths
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     store = ChunkStore(tmp_path / "data", embedder=embedder)  # the embedding model the command loads too
     ingest_paths([TICKETS], store, progress=False)

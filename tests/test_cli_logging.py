@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from copilot.cli import LOG_FORMAT, log_handler
+from copilot.cli.main import LOG_FORMAT, log_handler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TICKETS = REPO_ROOT / "evals" / "data" / "corpus" / "tickets"
@@ -59,7 +59,7 @@ def test_a_record_logged_during_ingest_prints_above_the_bar(terminal, tmp_path):
     from ingestion_helpers import HashEmbedder
 
     from ingestion.pipeline import ingest_paths
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     console, buffer = terminal
     handler = log_handler(console)

@@ -7,7 +7,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from copilot.cli import app
+from copilot.cli.main import app
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""A conversation's earlier turns shown as the model saw them (:mod:`copilot.conversation`): the
+"""A conversation's earlier turns shown as the model saw them (:mod:`copilot.answer.conversation`): the
 previous prompt is a prefix of the follow-up's, sources are numbered across the conversation, and
 the budget drops the oldest turns first."""
 
@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from copilot.conversation import EarlierTurn, build_conversation_prompt
-from copilot.prompting import PROMPT_STYLES, ChatTurn, build_prompt, fit_sources
-from copilot.retrieval import Passage
-from copilot.service import AnswerAssembler, CopilotService
-from copilot.sources import Source
+from copilot.answer.assembly import AnswerAssembler
+from copilot.answer.conversation import EarlierTurn, build_conversation_prompt
+from copilot.answer.prompting import PROMPT_STYLES, ChatTurn, Numbering, build_prompt, fit_sources
+from copilot.answer.question import GenerationParams, QuestionRequest
+from copilot.search.retrieval import Passage
+from copilot.search.sources import Source
+from copilot.service import CopilotService
 from ingestion.documents import Chunk
 
 STYLE = PROMPT_STYLES["quote-lines-3"]
 FIRST = "Why did both FTS3 servers stop scheduling transfers on 27 January?"
 FOLLOWUP = "which commit reverted it?"
+#: An 8-token answer budget: the follow-up prompts are compared, not the answers.
+BUDGET_8 = GenerationParams(max_new_tokens=8)
 
 
 def _source(doc: str, *lines: str) -> Source:
@@ -59,7 +63,7 @@ def test_sources_are_numbered_across_the_conversation(tokenizer):
 
 def test_a_source_shown_before_keeps_its_number(tokenizer):
     seen = {"a": Source(1, A.passages, ("door back at 10:02",))}
-    chosen, blocks = fit_sources(tokenizer, STYLE, [C, A, B], "q", 2048, seen=seen, first_n=2)
+    chosen, blocks = fit_sources(tokenizer, STYLE, [C, A, B], "q", 2048, numbering=Numbering(seen, 2))
     assert [(s.n, s.doc_id) for s in chosen] == [(2, "c"), (1, "a"), (3, "b")]
     assert blocks[1].startswith("[1] ") and "systemctl restart dcache@door [1]" in blocks[1]
 
@@ -81,12 +85,12 @@ def test_the_budget_drops_the_oldest_turns_first(tokenizer):
 @pytest.mark.slow
 def test_the_service_shows_earlier_turns_with_their_sources(sample_service):
     service = sample_service
-    first = service.prepare(service.question(FIRST, max_new_tokens=8))
+    first = service.prepare(service.question(QuestionRequest(FIRST, generation=BUDGET_8)))
     answer = AnswerAssembler(first)
     for event in service.stream(first):
         answer.add(event)
     history = (ChatTurn("user", FIRST), ChatTurn("assistant", answer.answer().text))
-    follow = service.prepare(service.question(FOLLOWUP, history=history, max_new_tokens=8))
+    follow = service.prepare(service.question(QuestionRequest(FOLLOWUP, history=history, generation=BUDGET_8)))
     assert follow.prompt.input_ids[:len(first.prompt.input_ids)] == first.prompt.input_ids
     assert [s.n for s in follow.prompt.sources] == list(range(1, len(follow.prompt.sources) + 1))
     shown = {s.doc_id: s.n for s in follow.prompt.sources}
@@ -97,10 +101,10 @@ def test_the_service_shows_earlier_turns_with_their_sources(sample_service):
 @pytest.mark.slow
 def test_with_no_conversation_turns_earlier_turns_are_bare_text(sample_service):
     service = CopilotService(sample_service.settings.model_copy(update={"conversation_turns": 0}),
-                             sample_service.store, sample_service.engine)
+                             sample_service.store, sample_service.models.engine)
     history = (ChatTurn("user", FIRST), ChatTurn("assistant", "It was reverted [2]."))
-    follow = service.prepare(service.question(FOLLOWUP, history=history, max_new_tokens=8))
-    text = service.engine.target.tokenizer.decode(follow.prompt.input_ids)
+    follow = service.prepare(service.question(QuestionRequest(FOLLOWUP, history=history, generation=BUDGET_8)))
+    text = service.models.engine.target.tokenizer.decode(follow.prompt.input_ids)
     assert "It was reverted." in text and text.count("Sources:") == 1
     assert follow.prompt.sources == follow.prompt.turn_sources
 
@@ -110,6 +114,6 @@ def test_an_earlier_question_no_longer_valid_falls_back_to_bare_history(sample_s
     service = sample_service
     too_long = "x" * (service.settings.max_question_chars + 1)
     history = (ChatTurn("user", too_long), ChatTurn("assistant", "It was reverted [2]."))
-    follow = service.prepare(service.question(FIRST, history=history, max_new_tokens=8))
-    text = service.engine.target.tokenizer.decode(follow.prompt.input_ids)
+    follow = service.prepare(service.question(QuestionRequest(FIRST, history=history, generation=BUDGET_8)))
+    text = service.models.engine.target.tokenizer.decode(follow.prompt.input_ids)
     assert text.count("Sources:") == 1 and follow.prompt.sources == follow.prompt.turn_sources

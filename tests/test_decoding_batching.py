@@ -15,13 +15,13 @@ import threading
 import pytest
 import torch
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.batch_policy import BatchSpeculation, allocate
-from decoding.engine import PromptError
-from decoding.kv_cache import PreallocatedCache
-from decoding.online_costs import OnlineCosts
-from decoding.packed_pass import packed_pass, supports_packed_pass
-from decoding.policy import CostModel
+from decoding import Budget, GenerationConfig, Sampling, Speculation, SpeculativeEngine
+from decoding.backends.packed_pass import packed_pass, supports_packed_pass
+from decoding.core import EngineConfig, PromptError
+from decoding.kv.cache import PreallocatedCache
+from decoding.planning.batch_policy import BatchSpeculation, allocate
+from decoding.planning.online_costs import OnlineCosts
+from decoding.planning.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -111,19 +111,22 @@ def test_requests_joining_and_leaving_each_get_their_own_greedy(tiny_models, sma
     prompts = _prompts(small)
     ref_text = tiny_models.expected("small", prompts[2], 30)[1]
     stop = (ref_text[10:13],) if len(ref_text) > 13 else ()
-    plans = [(0, 0, dict(max_new_tokens=24)), (1, 0, dict(max_new_tokens=7, drafting="off")),
-             (2, 2, dict(max_new_tokens=30, stop_strings=stop)), (3, 5, dict(max_new_tokens=40, drafting="ngram")),
-             (4, 9, dict(max_new_tokens=16, drafting="ngram", fixed_gamma=True, num_speculative_tokens=3))]
+    plans = [(0, 0, Budget(max_new_tokens=24, eos_token_ids=()), Speculation(mode=schedule)),
+             (1, 0, Budget(max_new_tokens=7, eos_token_ids=()), Speculation(mode=schedule, drafting="off")),
+             (2, 2, Budget(max_new_tokens=30, stop_strings=stop, eos_token_ids=()), Speculation(mode=schedule)),
+             (3, 5, Budget(max_new_tokens=40, eos_token_ids=()), Speculation(mode=schedule, drafting="ngram")),
+             (4, 9, Budget(max_new_tokens=16, eos_token_ids=()),
+              Speculation(mode="fixed", drafting="ngram", num_speculative_tokens=3))]
     joins: dict[int, list] = {}
-    for key, at, kw in plans:
-        config = GenerationConfig(eos_token_ids=(), gamma_schedule=schedule, **kw)
+    for key, at, budget, speculation in plans:
+        config = GenerationConfig(budget=budget, speculation=speculation)
         joins.setdefault(at, []).append((key, prompts[key], config))
     events = _drive(engine.batch(), joins)
     batched = 0
-    for key, _, kw in plans:
+    for key, _, budget, _ in plans:
         result = _result(events[key])
-        ids, text, reason = tiny_models.expected("small", prompts[key], kw["max_new_tokens"], eos=(),
-                                                 stop_strings=kw.get("stop_strings", ()))
+        ids, text, reason = tiny_models.expected("small", prompts[key], budget.max_new_tokens, eos=(),
+                                                 stop_strings=budget.stop_strings)
         assert (result.token_ids, result.text, result.finish_reason) == (ids, text, reason), key
         batched = max(batched, result.stats.max_batch_size)
     assert batched >= 3
@@ -142,15 +145,17 @@ def test_random_batches_stay_exact(tiny_models):
             pattern = [rng.randrange(vocab) for _ in range(rng.randint(1, 5))]
             prompt = (pattern * 12)[: rng.randint(3, 40)] if rng.random() < 0.6 else \
                 [rng.randrange(vocab) for _ in range(rng.randint(1, 40))]
-            kw = dict(max_new_tokens=rng.randint(1, 30), drafting=rng.choice(["auto", "ngram", "off"]),
-                      num_speculative_tokens=rng.randint(1, 8), gamma_schedule=rng.choice(["adaptive", "table"]))
-            cases.append((key, prompt, kw))
-            joins.setdefault(rng.randint(0, 8), []).append((key, prompt, GenerationConfig(eos_token_ids=(), **kw)))
+            budget = Budget(max_new_tokens=rng.randint(1, 30), eos_token_ids=())
+            speculation = Speculation(drafting=rng.choice(["auto", "ngram", "off"]),
+                                      num_speculative_tokens=rng.randint(1, 8), mode=rng.choice(["adaptive", "table"]))
+            config = GenerationConfig(budget=budget, speculation=speculation)
+            cases.append((key, prompt, config))
+            joins.setdefault(rng.randint(0, 8), []).append((key, prompt, config))
         events = _drive(engine.batch(), joins)
-        for key, prompt, kw in cases:
-            ids, _, reason = tiny_models.expected(name, prompt, kw["max_new_tokens"], eos=())
+        for key, prompt, config in cases:
+            ids, _, reason = tiny_models.expected(name, prompt, config.budget.max_new_tokens, eos=())
             result = _result(events[key])
-            assert (result.token_ids, result.finish_reason) == (ids, reason), (name, key, kw)
+            assert (result.token_ids, result.finish_reason) == (ids, reason), (name, key, config)
 
 
 def test_cancelling_one_request_leaves_the_others_exact(tiny_models, small):
@@ -162,7 +167,7 @@ def test_cancelling_one_request_leaves_the_others_exact(tiny_models, small):
         rounds["n"] += 1
         return rounds["n"] > 3
 
-    config = GenerationConfig(max_new_tokens=30, eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=30, eos_token_ids=()))
     events = _drive(engine.batch(), {0: [(0, prompts[0], config), (1, prompts[1], config, cancel_after_three),
                                          (2, prompts[3], config)]})
     cancelled = _result(events[1])
@@ -176,9 +181,10 @@ def test_a_seeded_sample_does_not_depend_on_who_shares_the_batch(tiny_models):
     micro = tiny_models.load("micro")
     engine = SpeculativeEngine(micro, costs=FLAT)
     prompt = micro.tokenizer.encode("disk node restart")
-    config = GenerationConfig(max_new_tokens=16, temperature=0.9, top_k=12, top_p=0.95, seed=7, eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=16, eos_token_ids=()),
+                              sampling=Sampling(temperature=0.9, top_k=12, top_p=0.95, seed=7))
     alone = engine.generate(prompt, config).token_ids
-    greedy = GenerationConfig(max_new_tokens=20, eos_token_ids=())
+    greedy = GenerationConfig(budget=Budget(max_new_tokens=20, eos_token_ids=()))
     others = [micro.tokenizer.encode(t) for t in ("ticket link", "queue storage pool drain")]
     events = _drive(engine.batch(), {0: [(0, others[0], greedy)], 1: [(1, prompt, config)],
                                      3: [(2, others[1], greedy)]})
@@ -190,10 +196,10 @@ def test_a_prompt_that_fills_the_context_is_refused_while_others_run(tiny_models
     engine = SpeculativeEngine(small, costs=FLAT)
     batch = engine.batch()
     prompt = _prompts(small)[0]
-    state, events = batch.add(prompt, GenerationConfig(max_new_tokens=10, eos_token_ids=()))
+    state, events = batch.add(prompt, GenerationConfig(budget=Budget(max_new_tokens=10, eos_token_ids=())))
     batch.step()
     with pytest.raises(PromptError, match="context window"):
-        batch.add([1] * small.max_positions, GenerationConfig(max_new_tokens=4))
+        batch.add([1] * small.max_positions, GenerationConfig(budget=Budget(max_new_tokens=4)))
     assert len(batch) == 1
     while batch.active:
         events += [e for _, e in batch.step()]
@@ -204,7 +210,7 @@ def test_streams_interleaved_in_one_thread_both_finish_exact(tiny_models, small)
     """No lock is held across a yield: two suspended streams of one engine take turns."""
     engine = SpeculativeEngine(small, costs=FLAT)
     prompts = _prompts(small)[:2]
-    config = GenerationConfig(max_new_tokens=20, eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=20, eos_token_ids=()))
     streams = [engine.stream(p, config) for p in prompts]
     events: list[list] = [[], []]
     live = [True, True]
@@ -224,7 +230,7 @@ def test_streams_interleaved_in_one_thread_both_finish_exact(tiny_models, small)
 def test_streams_from_two_threads_both_finish_exact(tiny_models, small):
     engine = SpeculativeEngine(small, costs=FLAT)
     prompts = _prompts(small)[2:4]
-    config = GenerationConfig(max_new_tokens=20, eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=20, eos_token_ids=()))
     results: dict[int, list[int]] = {}
 
     def run(i: int) -> None:
@@ -286,9 +292,9 @@ def test_bad_batch_speculation_settings_are_refused(kwargs, match):
         BatchSpeculation(**kwargs)
 
 
-def test_a_bad_gamma_schedule_is_refused():
-    with pytest.raises(ValueError, match="gamma_schedule"):
-        GenerationConfig(gamma_schedule="greedy")
+def test_a_bad_speculation_mode_is_refused():
+    with pytest.raises(ValueError, match="mode"):
+        Speculation(mode="greedy")
 
 
 def test_the_table_schedule_picks_the_largest_fitting_entry():
@@ -326,12 +332,13 @@ def test_bad_priors_are_refused(prior):
 def test_an_engine_calibrated_on_a_busy_machine_drafts_once_real_passes_say_so(tiny_models, small):
     """Start-up costs exactly linear in tokens (a busy machine): drafting never pays by them.
     The passes the engine runs are flat, so it learns to draft, and stays exact."""
-    engine = SpeculativeEngine(small, costs=CostModel(tuple(261.0 * n for n in range(1, 18))), learn_costs=True)
+    engine = SpeculativeEngine(small, config=EngineConfig(learn_costs=True),
+                               costs=CostModel(tuple(261.0 * n for n in range(1, 18))))
     prompt = small.tokenizer.encode(TEXTS[4] * 3)
-    config = GenerationConfig(max_new_tokens=40, eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=40, eos_token_ids=()))
     results = [engine.generate(prompt, config) for _ in range(3)]
     assert all(r.token_ids == tiny_models.expected("small", prompt, 40, eos=())[0] for r in results)
-    assert engine.pass_costs.estimate(4, len(prompt)) < 261
+    assert engine.core.pass_costs.estimate(4, len(prompt)) < 261
     assert results[-1].stats.drafters.get("ngram") and results[-1].stats.tau > 1.0
 
 
@@ -354,17 +361,17 @@ CHEAP_DRAFT = CostModel(verify_ms=(1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14,
 
 @pytest.mark.parametrize("draft_name", ["small_trunc", "small_noisy"])  # own KV cache / the target's layout
 def test_draft_model_proposals_in_a_batch_share_each_draft_pass(tiny_models, small, draft_name, monkeypatch):
-    import decoding.packed_pass as packed
+    import decoding.backends.packed_pass as packed
 
     calls = []
     real = packed.packed_pass
     monkeypatch.setattr(packed, "packed_pass", lambda model, rows, last_only=False: calls.append(
         (model, len(rows), last_only)) or real(model, rows, last_only))
     draft = tiny_models.load(draft_name)
-    engine = SpeculativeEngine(small, draft, costs=CHEAP_DRAFT, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(small, draft, config=EngineConfig(draft_min_confidence=0.0), costs=CHEAP_DRAFT)
     prompts = _prompts(small)
-    config = GenerationConfig(max_new_tokens=20, eos_token_ids=(), drafting="draft_model", num_speculative_tokens=4,
-                              fixed_gamma=True)
+    config = GenerationConfig(budget=Budget(max_new_tokens=20, eos_token_ids=()),
+                              speculation=Speculation(drafting="draft_model", num_speculative_tokens=4, mode="fixed"))
     events = _drive(engine.batch(), {0: [(0, prompts[0], config), (1, prompts[1], config)],
                                      2: [(2, prompts[2], config)]})
     for key in range(3):
@@ -375,8 +382,8 @@ def test_draft_model_proposals_in_a_batch_share_each_draft_pass(tiny_models, sma
 
 
 def test_proposing_together_gives_what_each_would_propose_alone(tiny_models, small):
-    from decoding.draft_model_drafter import DraftModelDrafter, propose_together
-    from decoding.drafter import DraftRequest
+    from decoding.drafters.base import DraftRequest
+    from decoding.drafters.draft_model import DraftModelDrafter
 
     draft = tiny_models.load("small_trunc")
     prompts = _prompts(small)[:3]
@@ -387,5 +394,5 @@ def test_proposing_together_gives_what_each_would_propose_alone(tiny_models, sma
         return d
 
     alone = [started(p).propose(5, [7]).tokens for p in prompts]
-    together = propose_together([(started(p), 5, [7]) for p in prompts])
+    together = DraftModelDrafter.propose_together([(started(p), 5, [7]) for p in prompts])
     assert [d.tokens for d in together] == alone and all(len(a) == 5 for a in alone)

@@ -7,10 +7,11 @@ import pytest
 import torch
 from decoding_edges import CHEAP, MODES, check, prompt_of  # noqa: E402 (tests/ is on sys.path)
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.draft_model_drafter import DraftModelDrafter, VocabularyMismatchError
-from decoding.drafter import DraftRequest
-from decoding.kv_cache import PreallocatedCache
+from decoding import Budget, GenerationConfig, Sampling, Speculation, SpeculativeEngine
+from decoding.core import EngineConfig
+from decoding.drafters.base import DraftRequest
+from decoding.drafters.draft_model import DraftModelDrafter, VocabularyMismatchError
+from decoding.kv.cache import PreallocatedCache
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 pytest_plugins = ["decoding_edges"]  # the fixtures small and engine
@@ -26,7 +27,8 @@ def test_vocabulary_mismatch_names_both_models(tiny_models, small):
 def test_draft_model_mode_needs_a_draft_model(small):
     engine = SpeculativeEngine(small, costs=CHEAP)
     with pytest.raises(ValueError, match="draft model"):
-        engine.generate([1, 2, 3], GenerationConfig(max_new_tokens=5, drafting="draft_model"))
+        engine.generate([1, 2, 3], GenerationConfig(budget=Budget(max_new_tokens=5),
+                                                    speculation=Speculation(drafting="draft_model")))
 
 
 @pytest.mark.parametrize("name", ["small", "large"])
@@ -34,13 +36,13 @@ def test_target_as_its_own_draft_model(tiny_models, name):
     """A perfect draft model: α ≈ 1 and τ close to γ + 1 (the draft starts from the target's
     prompt KV cache and must stay in sync through every round)."""
     target = tiny_models.load(name)
-    engine = SpeculativeEngine(target, target, costs=CHEAP, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(target, target, config=EngineConfig(draft_min_confidence=0.0), costs=CHEAP)
     gamma = 5
     for text in ("the disk is full; restart xrootd", "café ✓ the ticket is fixed"):
         prompt = target.tokenizer.encode(text)
         budget = 1 + 6 * (gamma + 1)
-        config = GenerationConfig(max_new_tokens=budget, drafting="draft_model", num_speculative_tokens=gamma,
-                                  eos_token_ids=())
+        config = GenerationConfig(budget=Budget(max_new_tokens=budget, eos_token_ids=()),
+                                  speculation=Speculation(drafting="draft_model", num_speculative_tokens=gamma))
         result = check(tiny_models, engine, prompt, config, name=name)
         assert result.stats.drafters["draft_model"].alpha >= 0.95
         assert result.stats.tau >= 0.9 * (gamma + 1)
@@ -148,7 +150,7 @@ def test_draft_model_with_a_shorter_context_window(tiny_models, small, monkeypat
     """Calibration and drafting stay inside the draft's window; past it the draft model is
     not asked and the output is still plain greedy."""
     draft = tiny_models.load("small_trunc")
-    monkeypatch.setattr(draft.model.config, "max_position_embeddings", 40)
+    monkeypatch.setattr(draft, "max_positions", 40)  # as read from a config with max_position_embeddings=40
     seen = []
     forward = draft.model.forward
 
@@ -157,30 +159,37 @@ def test_draft_model_with_a_shorter_context_window(tiny_models, small, monkeypat
         return forward(input_ids=input_ids, cache=cache, **kw)
 
     monkeypatch.setattr(draft.model, "forward", recording_forward)
-    engine = SpeculativeEngine(small, draft, max_speculative_tokens=4)  # calibrates with the draft too
+    engine = SpeculativeEngine(small, draft,
+                               config=EngineConfig(max_speculative_tokens=4))  # calibrates with the draft too
     prompt = prompt_of(small)
     seen.clear()
-    config = GenerationConfig(max_new_tokens=50, drafting="draft_model", fixed_gamma=True,
-                              num_speculative_tokens=4, eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=50, eos_token_ids=()),
+                              speculation=Speculation(drafting="draft_model", mode="fixed", num_speculative_tokens=4))
     result = engine.generate(prompt, config)
     assert result.token_ids == tiny_models.greedy("small", prompt, 50)
     assert seen and max(seen) <= 40
 
 
 def test_generation_config_rejects_bad_values():
-    for bad in (dict(max_new_tokens=-1), dict(temperature=-0.5), dict(top_p=0.0), dict(top_k=-1),
-                dict(drafting="fast"), dict(num_speculative_tokens=0), dict(fixed_gamma=True),
-                dict(fixed_gamma=True, drafting="off"), dict(stop_strings=("",))):
+    for kind, bad in ((Budget, dict(max_new_tokens=-1)), (Sampling, dict(temperature=-0.5)),
+                      (Sampling, dict(top_p=0.0)), (Sampling, dict(top_k=-1)), (Speculation, dict(drafting="fast")),
+                      (Speculation, dict(num_speculative_tokens=0)), (Speculation, dict(mode="fixed")),
+                      (Speculation, dict(mode="fixed", drafting="off")), (Speculation, dict(mode="fast")),
+                      (Budget, dict(stop_strings=("",)))):
         with pytest.raises(ValueError):
-            GenerationConfig(**bad)
-    for bad in (dict(fixed_gamma=1, drafting="ngram"), dict(temperature=True), dict(top_p="0.9"),
-                dict(max_new_tokens=2.0), dict(eos_token_ids=5), dict(eos_token_ids=(True,)), dict(stop_strings=[1]),
-                dict(stop_strings=("a", None)), dict(seed=True)):
+            kind(**bad)
+    for kind, bad in ((Speculation, dict(num_speculative_tokens=2.0)), (Sampling, dict(temperature=True)),
+                      (Sampling, dict(top_p="0.9")), (Budget, dict(max_new_tokens=2.0)),
+                      (Budget, dict(eos_token_ids=5)), (Budget, dict(eos_token_ids=(True,))),
+                      (Budget, dict(stop_strings=[1])),
+                      (Budget, dict(stop_strings=("a", None))), (Sampling, dict(seed=True)),
+                      (GenerationConfig, dict(budget=Sampling()))):
         with pytest.raises(TypeError):
-            GenerationConfig(**bad)
+            kind(**bad)
     import numpy as np
 
-    GenerationConfig(max_new_tokens=np.int64(5), seed=np.int64(3), temperature=np.float32(0.5), eos_token_ids=[2])
+    GenerationConfig(budget=Budget(max_new_tokens=np.int64(5), eos_token_ids=[2]),
+                     sampling=Sampling(seed=np.int64(3), temperature=np.float32(0.5)))
 
 
 @pytest.mark.parametrize("target_name,draft_name", [("small", "small_padded"), ("small_padded", "small")])
@@ -190,10 +199,12 @@ def test_draft_model_with_a_differently_padded_vocabulary(tiny_models, target_na
     greedy stays exact and sampling works."""
     target, draft = tiny_models.load(target_name), tiny_models.load(draft_name)
     assert target.model.config.vocab_size != draft.model.config.vocab_size
-    engine = SpeculativeEngine(target, draft, costs=CHEAP, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(target, draft, config=EngineConfig(draft_min_confidence=0.0), costs=CHEAP)
     prompt = prompt_of(target)
     for mode in ("draft_model", "auto"):
-        config = GenerationConfig(max_new_tokens=30, drafting=mode, temperature=temperature, seed=3, eos_token_ids=())
+        config = GenerationConfig(budget=Budget(max_new_tokens=30, eos_token_ids=()),
+                                  speculation=Speculation(drafting=mode),
+                                  sampling=Sampling(temperature=temperature, seed=3))
         result = engine.generate(prompt, config)
         assert len(result.token_ids) == 30 and result.stats.drafters["draft_model"].proposed > 0
         if target_name == "small":  # the draft never proposes ids past the target's vocabulary
@@ -204,15 +215,17 @@ def test_draft_model_with_a_differently_padded_vocabulary(tiny_models, target_na
 
 def test_draft_model_in_another_dtype(tiny_models, small):
     """A bfloat16 draft for a float32 target: its own prefill, and the output is still greedy."""
-    from decoding.models import load_model
+    from decoding.backends.models import load_model
 
     draft = load_model(str(tiny_models.path("small_trunc")), device="cpu", dtype="bfloat16")
-    engine = SpeculativeEngine(small, draft, costs=CHEAP, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(small, draft, config=EngineConfig(draft_min_confidence=0.0), costs=CHEAP)
     prompt = prompt_of(small)
     for mode in ("draft_model", "auto"):
-        check(tiny_models, engine, prompt, GenerationConfig(max_new_tokens=30, drafting=mode, eos_token_ids=()))
-    sampled = engine.generate(prompt, GenerationConfig(max_new_tokens=20, drafting="draft_model", temperature=1.0,
-                                                       seed=0, eos_token_ids=()))
+        check(tiny_models, engine, prompt, GenerationConfig(budget=Budget(max_new_tokens=30, eos_token_ids=()),
+                                                            speculation=Speculation(drafting=mode)))
+    sampled = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=20, eos_token_ids=()),
+                                                       speculation=Speculation(drafting="draft_model"),
+                                                       sampling=Sampling(temperature=1.0, seed=0)))
     assert len(sampled.token_ids) == 20
 
 
@@ -231,29 +244,33 @@ def test_draft_model_skips_drafting_after_an_id_it_does_not_have(tiny_models):
 def test_on_cuda(tiny_models, dtype):
     """On the GPU: fp32 output equals plain greedy; bf16 runs (its near-tie divergences are
     measured by the exactness eval, not asserted here); calibration and sampling work."""
-    from decoding.models import load_model
+    from decoding.backends.models import load_model
 
     target = load_model(str(tiny_models.path("small")), device="cuda", dtype=dtype)
     draft = load_model(str(tiny_models.path("small_trunc")), device="cuda", dtype=dtype)
-    engine = SpeculativeEngine(target, draft, max_speculative_tokens=4, draft_min_confidence=0.0)  # calibrates
+    engine = SpeculativeEngine(target, draft,
+                               config=EngineConfig(max_speculative_tokens=4, draft_min_confidence=0.0))  # calibrates
     prompt = prompt_of(target)
     with torch.inference_mode():
         ref = target.model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=30, do_sample=False,
                                     eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
     for mode in MODES:
-        result = engine.generate(prompt, GenerationConfig(max_new_tokens=30, drafting=mode, eos_token_ids=()),
+        result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=30, eos_token_ids=()),
+                                                          speculation=Speculation(drafting=mode)),
                                  contexts=[ref[3:]])
         assert len(result.token_ids) == 30
         if dtype == "float32":
             assert result.token_ids == ref, mode
-    sampled = engine.generate(prompt, GenerationConfig(max_new_tokens=20, temperature=1.0, seed=0, eos_token_ids=()))
+    sampled = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=20, eos_token_ids=()),
+                                                       sampling=Sampling(temperature=1.0, seed=0)))
     assert len(sampled.token_ids) == 20
 
 
 def test_draft_model_mode_without_a_draft_model_is_a_clear_error(small):
     no_draft = SpeculativeEngine(small, costs=CHEAP)
     with pytest.raises(ValueError, match="needs a draft model"):
-        no_draft.generate([5, 6, 7], GenerationConfig(max_new_tokens=4, drafting="draft_model"))
+        no_draft.generate([5, 6, 7], GenerationConfig(budget=Budget(max_new_tokens=4),
+                                                      speculation=Speculation(drafting="draft_model")))
 
 
 @pytest.mark.parametrize("draft_name", ["small_trunc", "small"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from decoding import Draft, DraftingMode, DraftRequest, GenerationConfig, Offer, SpeculativeEngine
-from decoding.ngram_drafter import NGramDrafter
-from decoding.policy import CostModel
+from decoding import Budget, Draft, DraftingMode, DraftRequest, GenerationConfig, Offer, Speculation, SpeculativeEngine
+from decoding.core import EngineConfig
+from decoding.drafters.ngram import NGramDrafter
+from decoding.planning.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -69,8 +70,9 @@ def test_a_fake_drafter_keeps_the_output_exact(tiny_models, small, kind, fixed_g
     fake = FixedDrafter("ngram" if fixed_gamma else "fake", continuation)
     engine = SpeculativeEngine(small, drafters=[fake], costs=CHEAP)
     mode = DraftingMode.NGRAM if fixed_gamma else DraftingMode.AUTO
-    config = GenerationConfig(max_new_tokens=40, drafting=mode, fixed_gamma=fixed_gamma, num_speculative_tokens=6,
-                              eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=40, eos_token_ids=()),
+                              speculation=Speculation(drafting=mode, mode="fixed" if fixed_gamma else "adaptive",
+                                                      num_speculative_tokens=6))
     result = engine.generate(prompt, config)
     assert result.token_ids == ref
     stats = result.stats.drafters[fake.name]
@@ -92,7 +94,8 @@ def test_a_fake_drafter_alongside_the_built_in_ones(tiny_models, small):
     wrong = FixedDrafter("wrong", [(t + 7) % vocab for t in ref])
     right = FixedDrafter("right", ref, step_ms=0.05)
     engine = SpeculativeEngine(small, drafters=[NGramDrafter(4, 2), wrong, right], costs=CHEAP)
-    config = GenerationConfig(max_new_tokens=60, num_speculative_tokens=8, eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=60, eos_token_ids=()),
+                              speculation=Speculation(num_speculative_tokens=8))
     for _ in range(2):  # the acceptance table carries over to the second request
         result = engine.generate(prompt, config)
         assert result.token_ids == ref
@@ -101,7 +104,7 @@ def test_a_fake_drafter_alongside_the_built_in_ones(tiny_models, small):
     # a free offer (the wrong fake) always exists, so the costly right one drafts only as its
     # extension (engine.candidate_chains): still the main producer
     assert s.produced["right"] > 15 and s.produced["right"] > s.produced.get("wrong", 0)
-    assert engine.acceptance.snapshot()["wrong:fixed"]["alpha_first"] < 0.5
+    assert engine.core.acceptance.snapshot()["wrong:fixed"]["alpha_first"] < 0.5
 
 
 def test_a_free_span_is_extended_by_another_drafter(tiny_models, small):
@@ -114,11 +117,12 @@ def test_a_free_span_is_extended_by_another_drafter(tiny_models, small):
             return super()._next(min(max_tokens, 3 - (len(self.output) + len(after)) % 3), after)
 
     span, ext = ShortSpans("span", ref), FixedDrafter("extension", ref, step_ms=0.2)
-    from decoding.policy import PolicyConfig
+    from decoding.planning.policy import PolicyConfig
 
-    engine = SpeculativeEngine(small, drafters=[span, ext], costs=CHEAP,
-                               policy=PolicyConfig(prior_first=0.95, prior_next=0.95))
-    result = engine.generate(prompt, GenerationConfig(max_new_tokens=40, num_speculative_tokens=8, eos_token_ids=()))
+    engine = SpeculativeEngine(small, config=EngineConfig(policy=PolicyConfig(prior_first=0.95, prior_next=0.95)),
+                               drafters=[span, ext], costs=CHEAP)
+    result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=40, eos_token_ids=()),
+                                                      speculation=Speculation(num_speculative_tokens=8)))
     assert result.token_ids == ref
     assert any(sw["to"] == "span+extension" for sw in result.stats.switches), result.stats.switches
     assert result.stats.produced.get("span", 0) > 0 and result.stats.produced.get("extension", 0) > 0
@@ -127,21 +131,24 @@ def test_a_free_span_is_extended_by_another_drafter(tiny_models, small):
 def test_a_mode_naming_a_missing_drafter_is_a_clear_error(small):
     engine = SpeculativeEngine(small, drafters=[FixedDrafter("fake", [])], costs=CHEAP)
     with pytest.raises(ValueError, match="needs a ngram drafter"):
-        engine.generate([5, 6, 7], GenerationConfig(max_new_tokens=4, drafting="ngram"))
+        engine.generate([5, 6, 7], GenerationConfig(budget=Budget(max_new_tokens=4),
+                                                    speculation=Speculation(drafting="ngram")))
     with pytest.raises(ValueError, match="distinct"):
         SpeculativeEngine(small, drafters=[FixedDrafter("a", []), FixedDrafter("a", [])], costs=CHEAP)
-    off = engine.generate([5, 6, 7], GenerationConfig(max_new_tokens=4, drafting="off", eos_token_ids=()))
+    off = engine.generate([5, 6, 7], GenerationConfig(budget=Budget(max_new_tokens=4, eos_token_ids=()),
+                                                      speculation=Speculation(drafting="off")))
     assert off.stats.drafters == {} and off.stats.produced == {"target": 4}
 
 
 def test_drafting_mode_enum():
     assert DraftingMode("ngram") is DraftingMode.NGRAM and DraftingMode.NGRAM == "ngram"
     assert f"{DraftingMode.NGRAM}" == str(DraftingMode.NGRAM) == "ngram"
-    assert GenerationConfig(drafting="draft_model").drafting is DraftingMode.DRAFT_MODEL
-    assert GenerationConfig().drafting is DraftingMode.AUTO
+    assert Speculation(drafting="draft_model").drafting is DraftingMode.DRAFT_MODEL
+    assert GenerationConfig().speculation.drafting is DraftingMode.AUTO
+    assert Speculation(mode="off", drafting="ngram").drafting is DraftingMode.OFF
     assert [m.value for m in DraftingMode] == ["auto", "ngram", "draft_model", "off"]
     assert DraftingMode.AUTO.selects("anything") and not DraftingMode.OFF.selects("ngram")
     assert DraftingMode.NGRAM.selects("ngram") and not DraftingMode.NGRAM.selects("draft_model")
     assert DraftingMode.NGRAM.single and not DraftingMode.AUTO.single and not DraftingMode.OFF.single
     with pytest.raises(ValueError, match="auto|ngram|draft_model|off"):
-        GenerationConfig(drafting="fast")
+        Speculation(drafting="fast")

@@ -15,8 +15,9 @@ import random
 import pytest
 import torch
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.policy import CostModel
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.core import EngineConfig
+from decoding.planning.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -96,16 +97,20 @@ def run_case(tiny_models, target: str, seed: int) -> None:
         use_draft = mode == "draft_model" or (mode == "auto" and rng.random() < 0.7)
         draft = tiny_models.load(f"{target}_{rng.choice(['trunc', 'noisy'])}") if use_draft else None
         max_ngram = rng.randint(1, 5)
-        engine = SpeculativeEngine(
-            loaded, draft, costs=rng.choice(COSTS[:2] * 3 + COSTS[2:]), max_ngram=max_ngram,
-            min_ngram=rng.randint(1, min(max_ngram, 3)), draft_min_confidence=rng.choice([0.0, 0.0, 0.02, 0.2]))
+        costs = rng.choice(COSTS[:2] * 3 + COSTS[2:])
+        engine_config = EngineConfig(max_ngram=max_ngram, min_ngram=rng.randint(1, min(max_ngram, 3)),
+                                     draft_min_confidence=rng.choice([0.0, 0.0, 0.02, 0.2]))
+        engine = SpeculativeEngine(loaded, draft, engine_config, costs=costs)
         budget = rng.choice([0, 1, 2, 3]) if rng.random() < 0.2 else rng.randint(4, N_MAX)
         eos = random_eos(rng, ref)
         stops = random_stop_strings(rng, ref_text) if rng.random() < 0.5 else ()
         loop_span = rng.choice([0, 0, 1, 2, 3, 5, 8, 12])
-        config = GenerationConfig(max_new_tokens=budget, eos_token_ids=eos, stop_strings=stops, drafting=mode,
-                                  num_speculative_tokens=rng.randint(1, 17), loop_span=loop_span,
-                                  fixed_gamma=mode in ("ngram", "draft_model") and rng.random() < 0.5)
+        gamma = rng.randint(1, 17)
+        fixed = mode in ("ngram", "draft_model") and rng.random() < 0.5
+        config = GenerationConfig(budget=Budget(max_new_tokens=budget, eos_token_ids=eos, stop_strings=stops,
+                                                loop_span=loop_span),
+                                  speculation=Speculation(mode="fixed" if fixed else "adaptive", drafting=mode,
+                                                          num_speculative_tokens=gamma))
         contexts = random_contexts(rng, ref, vocab) if mode in ("ngram", "auto") else []
         where = f"{target} seed={seed} prompt={prompt} {config} contexts={contexts}"
 
@@ -123,7 +128,7 @@ def run_case(tiny_models, target: str, seed: int) -> None:
         if ids:  # every decode-phase pass commits >= 1 token; the first token comes from the prefill
             assert stats.decode_tokens == len(ids) - 1
             low = 0 if reason == "repetition" else 1  # cut repeats do not count
-            assert low <= (stats.tau if stats.target_passes else 1) <= config.num_speculative_tokens + 1
+            assert low <= (stats.tau if stats.target_passes else 1) <= config.speculation.num_speculative_tokens + 1
         for d in stats.drafters.values():
             assert 0 <= d.accepted <= d.proposed
         if mode == "off":
@@ -144,7 +149,7 @@ def test_greedy_exact_large_vocab(tiny_models, seed):
 def test_greedy_exact_through_one_engine_with_its_answer_history(tiny_models, target, monkeypatch):
     """One engine serves many related prompts (repeats, prefixes, shared text), so earlier
     answers are in its history and get drafted from: every output is still plain greedy."""
-    from decoding.ngram_drafter import AnswerHistory
+    from decoding.drafters.ngram import AnswerHistory
 
     matched = []
     occurrences = AnswerHistory.occurrences
@@ -158,18 +163,19 @@ def test_greedy_exact_through_one_engine_with_its_answer_history(tiny_models, ta
     rng = random.Random(f"history-{target}")
     loaded = tiny_models.load(target)
     tok, vocab = loaded.tokenizer, loaded.model.config.vocab_size
-    engine = SpeculativeEngine(loaded, costs=COSTS[0], answer_history=rng.choice([2, 32]))
+    engine = SpeculativeEngine(loaded, config=EngineConfig(answer_history=rng.choice([2, 32])), costs=COSTS[0])
     pool = [random_prompt(rng, tok, vocab) for _ in range(6)]
     for i in range(30):
         prompt = rng.choice(pool)
         if rng.random() < 0.5:  # a variant: cut, extended or prefixed
             prompt = rng.choice([prompt[: max(1, len(prompt) // 2)], prompt + rng.choice(pool), [7] + prompt])
         budget = rng.randint(0, N_MAX)
-        config = GenerationConfig(max_new_tokens=budget, eos_token_ids=(), drafting=rng.choice(["ngram", "auto"]),
-                                  num_speculative_tokens=rng.randint(1, 17))
+        config = GenerationConfig(budget=Budget(max_new_tokens=budget, eos_token_ids=()),
+                                  speculation=Speculation(drafting=rng.choice(["ngram", "auto"]),
+                                                          num_speculative_tokens=rng.randint(1, 17)))
         result = engine.generate(prompt, config)
         assert result.token_ids == tiny_models.greedy(target, prompt, budget), (i, prompt, config)
-    assert len(engine.history) > 0 and matched  # the history had continuations to offer
+    assert len(engine.core.history) > 0 and matched  # the history had continuations to offer
 
 
 def test_reference_truncation_matches_generate_with_eos(tiny_models):
@@ -189,7 +195,8 @@ def test_stop_strings_match_transformers_generate(tiny_models):
     """Our stop-string cut equals transformers' own ``generate(stop_strings=...)``, in every mode."""
     loaded = tiny_models.load("large")
     tok = loaded.tokenizer
-    engine = SpeculativeEngine(loaded, tiny_models.load("large_noisy"), costs=COSTS[0], draft_min_confidence=0.0)
+    engine = SpeculativeEngine(loaded, tiny_models.load("large_noisy"), config=EngineConfig(draft_min_confidence=0.0),
+                               costs=COSTS[0])
     checked = 0
     for seed in range(6):
         rng = random.Random(seed)
@@ -202,7 +209,8 @@ def test_stop_strings_match_transformers_generate(tiny_models):
         hf = loaded.model.generate(torch.tensor([prompt]), max_new_tokens=N_MAX, do_sample=False, eos_token_id=None,
                                    pad_token_id=0, stop_strings=[stop], tokenizer=tok)[0, len(prompt):].tolist()
         for mode in MODES:
-            config = GenerationConfig(max_new_tokens=N_MAX, stop_strings=(stop,), eos_token_ids=(), drafting=mode)
+            config = GenerationConfig(budget=Budget(max_new_tokens=N_MAX, stop_strings=(stop,), eos_token_ids=()),
+                                      speculation=Speculation(drafting=mode))
             result = engine.generate(prompt, config, contexts=[ref])
             assert result.token_ids == hf, (seed, stop, mode)
             assert result.finish_reason == "stop" and stop not in result.text

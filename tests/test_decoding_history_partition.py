@@ -4,10 +4,10 @@ greedy's whatever the partition."""
 
 from __future__ import annotations
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.drafter import DraftRequest
-from decoding.ngram_drafter import AnswerHistory, NGramDrafter
-from decoding.policy import CostModel
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.drafters.base import DraftRequest
+from decoding.drafters.ngram import AnswerHistory, NGramDrafter
+from decoding.planning.policy import CostModel
 
 P, Q, A, B, X, Y = 1, 2, 10, 11, 12, 13
 
@@ -53,11 +53,13 @@ def test_the_engine_books_answers_in_their_partition_and_stays_exact(tiny_models
     engine = SpeculativeEngine(target, costs=CostModel(verify_ms=(1.0,) * 12))
     tok = target.tokenizer
     first, second = tok.encode("the disk is full; restart"), tok.encode("the ticket is fixed. restart")
-    out_a = engine.generate(first, GenerationConfig(max_new_tokens=12, eos_token_ids=(), history_partition="scope-a"))
+    out_a = engine.generate(first, GenerationConfig(budget=Budget(max_new_tokens=12, eos_token_ids=()),
+                                                    speculation=Speculation(history_partition="scope-a")))
     assert out_a.token_ids == tiny_models.greedy("small", first, 12)
     ngram = tuple(out_a.token_ids[:2])
-    assert engine.history.occurrences(ngram, 0, "scope-a")
-    assert engine.history.occurrences(ngram, 0, "scope-b") == engine.history.occurrences(ngram, 0, "") == []
-    out_b = engine.generate(second, GenerationConfig(max_new_tokens=12, eos_token_ids=(), history_partition="scope-b"))
+    assert engine.core.history.occurrences(ngram, 0, "scope-a")
+    assert engine.core.history.occurrences(ngram, 0, "scope-b") == engine.core.history.occurrences(ngram, 0, "") == []
+    out_b = engine.generate(second, GenerationConfig(budget=Budget(max_new_tokens=12, eos_token_ids=()),
+                                                     speculation=Speculation(history_partition="scope-b")))
     assert out_b.token_ids == tiny_models.greedy("small", second, 12)
     assert "history" not in out_b.stats.origins  # scope-b's history held nothing to copy

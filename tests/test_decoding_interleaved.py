@@ -9,13 +9,13 @@ import threading
 
 import pytest
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.policy import CostModel
+from decoding import Budget, GenerationConfig, SpeculativeEngine
+from decoding.planning.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 FLAT = CostModel(verify_ms=(1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14, 1.16))
-CONFIG = GenerationConfig(max_new_tokens=12, eos_token_ids=())
+CONFIG = GenerationConfig(budget=Budget(max_new_tokens=12, eos_token_ids=()))
 TIMEOUT_S = 60
 
 

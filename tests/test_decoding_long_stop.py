@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from decoding import GenerationConfig, SpeculativeEngine
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.core import EngineConfig
 from decoding.detokenize import IncrementalDetokenizer, pending_stop_length
-from decoding.policy import CostModel
+from decoding.planning.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -56,11 +57,12 @@ def test_a_2000_character_stop_string_keeps_streaming(scripted_target, scripted_
     continuation = byte_token_ids(tok, TEXT + tail)
     target = scripted_target(tok, prompt, continuation, max_positions=len(prompt) + len(continuation) + 8)
     engines = [("off", SpeculativeEngine(target, costs=CHEAP)),
-               ("ngram", SpeculativeEngine(target, costs=CHEAP, max_ngram=3, min_ngram=1)),
+               ("ngram", SpeculativeEngine(target, config=EngineConfig(max_ngram=3, min_ngram=1), costs=CHEAP)),
                ("ngram", scripted_engine(target, lambda out: continuation[len(out):]))]
     for drafting, engine in engines[-1:] if tail else engines:  # 2,000 more tokens to check: one engine
-        config = GenerationConfig(max_new_tokens=len(continuation), drafting=drafting, num_speculative_tokens=8,
-                                  stop_strings=(stop,), eos_token_ids=())
+        config = GenerationConfig(budget=Budget(max_new_tokens=len(continuation), stop_strings=(stop,),
+                                                eos_token_ids=()),
+                                  speculation=Speculation(drafting=drafting, num_speculative_tokens=8))
         whole = engine.generate(prompt, config, [continuation])
         result, deltas = _stream(engine, prompt, config, [continuation])
         assert whole.text == result.text == TEXT and "".join(deltas) == TEXT
@@ -71,11 +73,13 @@ def test_a_2000_character_stop_string_keeps_streaming(scripted_target, scripted_
 
 def test_a_2000_character_stop_string_streams_on_a_real_tiny_model(tiny_models):
     target = tiny_models.load("large")
-    engine = SpeculativeEngine(target, tiny_models.load("large_noisy"), costs=CHEAP, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(target, tiny_models.load("large_noisy"), config=EngineConfig(draft_min_confidence=0.0),
+                               costs=CHEAP)
     prompt = target.tokenizer.encode("restart the xrootd service")
     for stop in (LONG, "zz" + LONG[:1998]):
         for mode in ("off", "ngram", "draft_model"):
-            config = GenerationConfig(max_new_tokens=40, drafting=mode, stop_strings=(stop,))
+            config = GenerationConfig(budget=Budget(max_new_tokens=40, stop_strings=(stop,)),
+                                      speculation=Speculation(drafting=mode))
             whole = engine.generate(prompt, config)
             result, deltas = _stream(engine, prompt, config, [])
             assert "".join(deltas) == result.text == whole.text and result.token_ids == whole.token_ids, mode

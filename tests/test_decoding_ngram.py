@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decoding.drafter import DraftRequest
-from decoding.ngram_drafter import AnswerHistory, NGramDrafter
+from decoding.drafters.base import DraftRequest
+from decoding.drafters.ngram import AnswerHistory, NGramDrafter
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

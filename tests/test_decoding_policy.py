@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.drafter import Offer
-from decoding.policy import (
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.core import EngineConfig
+from decoding.drafters.base import Offer
+from decoding.planning.policy import (
     PLAIN,
     AcceptanceTable,
     CostModel,
@@ -189,12 +190,13 @@ def test_acceptance_persists_across_requests(scripted_engine, tiny_models):
     prompt = small.tokenizer.encode("the disk is full")
     ref = tiny_models.greedy("small", prompt, 30)
     engine = scripted_engine(small, lambda out: [(t + 1) % 50 for t in ref[len(out):]], costs=CPU_COSTS)
-    config = GenerationConfig(max_new_tokens=30, drafting="ngram", eos_token_ids=())
+    config = GenerationConfig(budget=Budget(max_new_tokens=30, eos_token_ids=()),
+                              speculation=Speculation(drafting="ngram"))
     first = engine.generate(prompt, config)
     second = engine.generate(prompt, config)
     assert first.token_ids == second.token_ids == ref
     assert first.stats.drafters["ngram"].proposed > second.stats.drafters.get("ngram", DrafterStats()).proposed
-    assert engine.acceptance.snapshot()["ngram:scripted"]["alpha_first"] < 0.2
+    assert engine.core.acceptance.snapshot()["ngram:scripted"]["alpha_first"] < 0.2
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -244,9 +246,9 @@ def test_switches_are_recorded_with_reasons(scripted_target, tiny_models, byte_t
     fresh = [(37 * i) % 900 + 100 for i in range(60)]
     prompt = tok.encode("question: how was it fixed?")
     target = scripted_target(tok, prompt, copied + fresh)
-    engine = SpeculativeEngine(target, tiny_models.load("large_trunc"), costs=CPU_COSTS, min_ngram=1,
-                               draft_min_confidence=0.0)
-    result = engine.generate(prompt, GenerationConfig(max_new_tokens=len(copied) + 60, eos_token_ids=()),
+    engine = SpeculativeEngine(target, tiny_models.load("large_trunc"),
+                               config=EngineConfig(min_ngram=1, draft_min_confidence=0.0), costs=CPU_COSTS)
+    result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=len(copied) + 60, eos_token_ids=())),
                              contexts=[copied, fresh[:3]])
     assert result.token_ids == copied + fresh
     switches = result.stats.switches
@@ -273,16 +275,18 @@ def test_the_draft_model_continues_past_a_copied_span(tiny_models):
     ref = tiny_models.greedy("small", prompt, 60)
     cheap = CostModel(verify_ms=tuple(10.0 + 0.1 * i for i in range(12)), draft_step_ms=0.5)
     # Priors that expect every drafter to be right: free span tokens then beat draft-model steps.
-    engine = SpeculativeEngine(small, small, costs=cheap, draft_min_confidence=0.0, answer_history=0,
-                               policy=PolicyConfig(prior_first=0.95, prior_next=0.95))
-    config = GenerationConfig(max_new_tokens=60, num_speculative_tokens=8, eos_token_ids=())
+    engine = SpeculativeEngine(small, small, EngineConfig(draft_min_confidence=0.0, answer_history=0,
+                                                          policy=PolicyConfig(prior_first=0.95, prior_next=0.95)),
+                               costs=cheap)
+    config = GenerationConfig(budget=Budget(max_new_tokens=60, eos_token_ids=()),
+                              speculation=Speculation(num_speculative_tokens=8))
     result = engine.generate(prompt, config, contexts=[ref[0:4], ref[20:24], ref[40:44]])
     assert result.token_ids == ref
     s = result.stats
     assert any(sw["to"] == "ngram+draft_model" and "extending the span before it" in sw["reason"]
                for sw in s.switches), s.switches
     assert s.drafters["ngram"].accepted > 0 and s.drafters["draft_model"].accepted > 0
-    assert "draft_model:extending" in engine.acceptance.snapshot()
+    assert "draft_model:extending" in engine.core.acceptance.snapshot()
     produced = s.produced
     # One target token per pass plus the prefill's: no stop cut a block here (the budget ends on a bonus token).
     assert sum(produced.values()) == 60 and produced["target"] == s.target_passes + 1
@@ -292,10 +296,10 @@ def test_the_draft_model_continues_past_a_copied_span(tiny_models):
 
 def test_plain_decoding_when_speculation_never_pays(tiny_models):
     small = tiny_models.load("small")
-    engine = SpeculativeEngine(small, tiny_models.load("small_trunc"),
-                               costs=CostModel(verify_ms=(1.0, 5.0, 9.0, 13.0), draft_step_ms=5.0), learn_costs=False)
+    engine = SpeculativeEngine(small, tiny_models.load("small_trunc"), config=EngineConfig(learn_costs=False),
+                               costs=CostModel(verify_ms=(1.0, 5.0, 9.0, 13.0), draft_step_ms=5.0))
     prompt = small.tokenizer.encode("the disk is full the disk is full the disk is")
-    result = engine.generate(prompt, GenerationConfig(max_new_tokens=20, eos_token_ids=()))
+    result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=20, eos_token_ids=())))
     assert result.token_ids == tiny_models.greedy("small", prompt, 20)
     assert result.stats.drafters == {} and result.stats.tau == 1.0
     assert [(s["from"], s["to"]) for s in result.stats.switches] == [("start", "plain")]
@@ -304,23 +308,25 @@ def test_plain_decoding_when_speculation_never_pays(tiny_models):
 def test_calibration_at_load(tiny_models):
     """Without ``costs`` the engine measures them; the policy then works on those numbers."""
     small = tiny_models.load("small")
-    engine = SpeculativeEngine(small, tiny_models.load("small_trunc"), max_speculative_tokens=3)
-    costs = engine.costs
+    engine = SpeculativeEngine(small, tiny_models.load("small_trunc"), config=EngineConfig(max_speculative_tokens=3))
+    costs = engine.core.costs
     assert len(costs.verify_ms) == 4 and all(c > 0 for c in costs.verify_ms)
     assert list(costs.verify_ms) == sorted(costs.verify_ms)
     assert costs.draft_step_ms is not None and costs.draft_step_ms > 0
     prompt = small.tokenizer.encode("restart xrootd now")
     ref = tiny_models.greedy("small", prompt, 30)
-    result = engine.generate(prompt, GenerationConfig(max_new_tokens=30, eos_token_ids=()), contexts=[ref[5:20]])
+    result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=30,
+                                                                    eos_token_ids=())), contexts=[ref[5:20]])
     assert result.token_ids == ref
-    assert SpeculativeEngine(small).costs.draft_step_ms is None
+    assert SpeculativeEngine(small).core.costs.draft_step_ms is None
 
 
 def test_stats_are_consistent_and_serialisable(tiny_models):
     small = tiny_models.load("small")
-    engine = SpeculativeEngine(small, tiny_models.load("small_noisy"), costs=CPU_COSTS, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(small, tiny_models.load("small_noisy"), config=EngineConfig(draft_min_confidence=0.0),
+                               costs=CPU_COSTS)
     prompt = small.tokenizer.encode("café ✓ the ticket is fixed")
-    result = engine.generate(prompt, GenerationConfig(max_new_tokens=30, eos_token_ids=()),
+    result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=30, eos_token_ids=())),
                              contexts=[tiny_models.greedy("small", prompt, 30)[4:]])
     s = result.stats
     assert s.new_tokens == 30 and s.decode_tokens == 29 and sum(s.block_sizes) == 29
@@ -387,8 +393,9 @@ def test_the_engine_reports_the_share_copied_from_passages(scripted_target, tiny
     tok = tiny_models.load("large").tokenizer
     copied = tok.encode(" restart the xrootd service on the disk node and clean the tmp pool")
     prompt = tok.encode("question: how was it fixed?")
-    engine = SpeculativeEngine(scripted_target(tok, prompt, copied), costs=CPU_COSTS, min_ngram=1)
-    result = engine.generate(prompt, GenerationConfig(max_new_tokens=len(copied), eos_token_ids=()), contexts=[copied])
+    engine = SpeculativeEngine(scripted_target(tok, prompt, copied), config=EngineConfig(min_ngram=1), costs=CPU_COSTS)
+    result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=len(copied),
+                                                                    eos_token_ids=())), contexts=[copied])
     assert result.token_ids == copied
     stats = result.stats
     assert 0 < stats.copied_from_passages <= stats.produced["ngram"]
@@ -398,7 +405,7 @@ def test_the_engine_reports_the_share_copied_from_passages(scripted_target, tiny
 def test_a_draft_prefill_is_paid_only_when_the_answer_saves_more():
     """Measured on this CPU for the Qwen2.5-Coder 1.5B target with the 0.5B draft (own KV cache):
     verification flat at ~304 ms up to 4 tokens, a draft step 149 ms, agreement 0.83."""
-    from decoding.policy import draft_prefill_pays
+    from decoding.planning.policy import draft_prefill_pays
 
     costs = CostModel(verify_ms=(304.0, 304.0, 304.0, 304.0, 445.0, 511.0), draft_step_ms=149.0,
                       draft_feed_ms=(149.0, 160.0, 170.0, 180.0))
@@ -415,11 +422,12 @@ def test_a_draft_with_its_own_cache_prefills_when_asked_alone(tiny_models):
     large = tiny_models.load("large")
     prompt = large.tokenizer.encode("restart the xrootd service on the disk node")
     ref = tiny_models.greedy("large", prompt, 24)
-    engine = SpeculativeEngine(large, tiny_models.load("large_trunc"), costs=CostModel(
-        verify_ms=(30.0,) * 6, draft_step_ms=1.0, draft_feed_ms=(1.0, 1.1, 1.2)), draft_agreement=0.9,
-        draft_min_confidence=0.0)
-    result = engine.generate(prompt, GenerationConfig(max_new_tokens=24, drafting="draft_model", eos_token_ids=()))
+    engine = SpeculativeEngine(large, tiny_models.load("large_trunc"),
+                               config=EngineConfig(draft_agreement=0.9, draft_min_confidence=0.0),
+                               costs=CostModel(verify_ms=(30.0,) * 6, draft_step_ms=1.0, draft_feed_ms=(1.0, 1.1, 1.2)))
+    result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=24, eos_token_ids=()),
+                                                      speculation=Speculation(drafting="draft_model")))
     assert result.token_ids == ref
     assert result.stats.draft_prefill.startswith("yes") and result.stats.drafters["draft_model"].proposed > 0
-    auto = engine.generate(prompt, GenerationConfig(max_new_tokens=24, eos_token_ids=()))
+    auto = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=24, eos_token_ids=())))
     assert auto.token_ids == ref and auto.stats.draft_prefill.split(":")[0] in ("yes", "no")

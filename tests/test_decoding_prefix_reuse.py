@@ -1,4 +1,4 @@
-"""Exact prefix reuse (decoding.prefix_cache): the rule for what may be reused, and on the torch
+"""Exact prefix reuse (decoding.kv.prefix_cache): the rule for what may be reused, and on the torch
 backend (tiny random Llama models through the real loading path) that a question asked again
 starts from the parked KV cache without a prefill and still equals ``generate()``. The
 llama.cpp side (whole prefill chunks of a shared prefix) is in tests/test_llamacpp_backend.py."""
@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.policy import CostModel
-from decoding.prefix_cache import PrefixCache, common_prefix, reusable_tokens
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.core import EngineConfig
+from decoding.kv.prefix_cache import PrefixCache, common_prefix, reusable_tokens
+from decoding.planning.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -34,7 +35,7 @@ def small(tiny_models):
 
 
 def _engine(target, entries: int = 2) -> SpeculativeEngine:
-    return SpeculativeEngine(target, costs=FLAT, prefix_cache_entries=entries)
+    return SpeculativeEngine(target, config=EngineConfig(prefix_cache_entries=entries), costs=FLAT)
 
 
 def test_a_question_asked_again_is_not_prefilled_and_equals_generate(small, tiny_models):
@@ -45,15 +46,17 @@ def test_a_question_asked_again_is_not_prefilled_and_equals_generate(small, tiny
     original = small.prefill
     small.prefill = lambda ids, cache: calls.append(len(ids)) or original(ids, cache)  # type: ignore[method-assign]
     try:
-        first = engine.generate(prompt, GenerationConfig(max_new_tokens=12, drafting="off"))
-        again = engine.generate(prompt, GenerationConfig(max_new_tokens=12, drafting="ngram"))
+        first = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=12),
+                                                         speculation=Speculation(drafting="off")))
+        again = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=12),
+                                                         speculation=Speculation(drafting="ngram")))
     finally:
         del small.prefill
     assert calls == [len(prompt)]
     assert first.token_ids == want and again.token_ids == want
     assert first.stats.prefix_reused_tokens == 0 and again.stats.prefix_reused_tokens == len(prompt)
     # The parked cache was copied, not consumed: a third ask reuses it too.
-    assert engine.generate(prompt, GenerationConfig(max_new_tokens=12)).token_ids == want
+    assert engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=12))).token_ids == want
 
 
 def test_a_shared_prefix_is_not_reused_on_torch_and_parking_is_bounded(small, tiny_models):
@@ -62,13 +65,13 @@ def test_a_shared_prefix_is_not_reused_on_torch_and_parking_is_bounded(small, ti
              "ticket link fixed: renew host cert"]
     prompts = [small.tokenizer.encode(t) for t in texts]
     for p in prompts:
-        result = engine.generate(p, GenerationConfig(max_new_tokens=6))
+        result = engine.generate(p, GenerationConfig(budget=Budget(max_new_tokens=6)))
         assert result.stats.prefix_reused_tokens == 0  # the second shares a prefix: one forward, not reused
         assert result.token_ids == tiny_models.expected("small", p, 6)[0]
-    assert [list(e.prompt) for e in engine.prefix_cache.entries] == prompts[1:]  # the oldest was released
+    assert [list(e.prompt) for e in engine.core.prefix_cache.entries] == prompts[1:]  # the oldest was released
     off = _engine(small, entries=0)
-    off.generate(prompts[0], GenerationConfig(max_new_tokens=3))
-    assert off.prefix_cache.entries == []
+    off.generate(prompts[0], GenerationConfig(budget=Budget(max_new_tokens=3)))
+    assert off.core.prefix_cache.entries == []
     with pytest.raises(ValueError, match="max_entries"):
         PrefixCache(small, -1)
 
@@ -100,4 +103,5 @@ def test_the_reuse_eval_times_asked_again_and_follow_ups_through_the_service(sam
     assert result["follow_up"]["bare_ttft_ms"] > 0  # the follow-up before conversations: bare history, no reuse
     assert result["follow_up"]["identical"] == result["follow_up"]["cases"]
     assert "| asked again | 1 |" in reuse_markdown(result)
-    assert sample_service.engine.prefix_cache.max_entries == 2 and not sample_service.engine.prefix_cache.entries
+    prefix_cache = sample_service.models.engine.core.prefix_cache
+    assert prefix_cache.max_entries == 2 and not prefix_cache.entries

@@ -17,8 +17,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.policy import CostModel, PolicyConfig
+from decoding import Budget, GenerationConfig, Sampling, Speculation, SpeculativeEngine
+from decoding.core import EngineConfig
+from decoding.planning.policy import CostModel, PolicyConfig
 from decoding.sampling import logits_to_probs
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -97,8 +98,9 @@ def test_first_tokens_follow_the_target_distribution(tiny_models, micro, prompt,
     p1, joint12, _, p3 = exact if (top_k, top_p) == (0, 1.0) else exact_probs(micro, prompt, top_k, top_p)
     vocab = micro.model.config.vocab_size
     engine = SpeculativeEngine(micro, tiny_models.load("micro_draft") if drafting in ("draft_model", "auto") else None,
-                               costs=CHEAP, max_ngram=1, min_ngram=1, draft_min_confidence=0.0,
-                               policy=PolicyConfig(prior_first=0.7, prior_next=0.7))
+                               config=EngineConfig(max_ngram=1, min_ngram=1, draft_min_confidence=0.0,
+                                                   policy=PolicyConfig(prior_first=0.7, prior_next=0.7)),
+                               costs=CHEAP)
     # "auto": passages for half of the first tokens only, so the policy drafts with the n-gram
     # drafter after those (it is cheaper at equal α) and with the draft model after the others.
     contexts = passages[::2] if drafting == "auto" else passages
@@ -106,8 +108,9 @@ def test_first_tokens_follow_the_target_distribution(tiny_models, micro, prompt,
     proposed = accepted = 0
     used = Counter()
     for seed in range(N_SAMPLES):
-        config = GenerationConfig(max_new_tokens=4, temperature=1.0, top_k=top_k, top_p=top_p, seed=seed,
-                                  eos_token_ids=(), drafting=drafting, num_speculative_tokens=2)
+        config = GenerationConfig(budget=Budget(max_new_tokens=4, eos_token_ids=()),
+                                  sampling=Sampling(temperature=1.0, top_k=top_k, top_p=top_p, seed=seed),
+                                  speculation=Speculation(drafting=drafting, num_speculative_tokens=2))
         result = engine.generate(prompt, config, contexts=contexts)
         x1, x2, x3, _ = result.token_ids
         first[x1] += 1
@@ -127,11 +130,12 @@ def test_first_tokens_follow_the_target_distribution(tiny_models, micro, prompt,
 
 
 def test_same_seed_same_sample(tiny_models, micro, prompt):
-    engine = SpeculativeEngine(micro, tiny_models.load("micro_draft"), costs=CHEAP, min_ngram=1,
-                               draft_min_confidence=0.0)
+    engine = SpeculativeEngine(micro, tiny_models.load("micro_draft"),
+                               config=EngineConfig(min_ngram=1, draft_min_confidence=0.0), costs=CHEAP)
     for drafting in ("auto", "ngram", "draft_model"):
-        config = GenerationConfig(max_new_tokens=12, temperature=0.8, top_k=10, top_p=0.95, seed=7,
-                                  eos_token_ids=(), drafting=drafting)
+        config = GenerationConfig(budget=Budget(max_new_tokens=12, eos_token_ids=()),
+                                  sampling=Sampling(temperature=0.8, top_k=10, top_p=0.95, seed=7),
+                                  speculation=Speculation(drafting=drafting))
         assert engine.generate(prompt, config).token_ids == engine.generate(prompt, config).token_ids
 
 
@@ -148,13 +152,15 @@ def test_a_seed_gives_the_same_sample_whatever_the_drafting(tiny_models, micro, 
     for seed in (7, 8, 9):
         outs, proposed, accepted = set(), 0, 0
         for costs in COST_TABLES:
-            engine = SpeculativeEngine(micro, draft, costs=costs, min_ngram=1, draft_min_confidence=0.0)
+            engine = SpeculativeEngine(micro, draft, config=EngineConfig(min_ngram=1, draft_min_confidence=0.0),
+                                       costs=costs)
             for mode in ("off", "ngram", "draft_model", "auto"):
                 for gamma in (1, 3, 8):
                     for fixed in ((False, True) if mode in ("ngram", "draft_model") else (False,)):
-                        config = GenerationConfig(max_new_tokens=16, temperature=0.9, top_k=12, top_p=0.95, seed=seed,
-                                                  eos_token_ids=(), drafting=mode, num_speculative_tokens=gamma,
-                                                  fixed_gamma=fixed)
+                        config = GenerationConfig(budget=Budget(max_new_tokens=16, eos_token_ids=()),
+                                                  sampling=Sampling(temperature=0.9, top_k=12, top_p=0.95, seed=seed),
+                                                  speculation=Speculation(drafting=mode, num_speculative_tokens=gamma,
+                                                                          mode="fixed" if fixed else "adaptive"))
                         contexts = [list(next(iter(outs)))[3:]] if outs else []  # n-gram drafts that get accepted
                         result = engine.generate(prompt, config, contexts=contexts)
                         outs.add(tuple(result.token_ids))
@@ -167,20 +173,24 @@ def test_a_seed_gives_the_same_sample_whatever_the_drafting(tiny_models, micro, 
 
 
 def test_without_a_seed_draws_differ(micro, prompt):
-    engine = SpeculativeEngine(micro, costs=CHEAP, min_ngram=1)
-    config = GenerationConfig(max_new_tokens=12, temperature=1.0, eos_token_ids=(), drafting="ngram")
+    engine = SpeculativeEngine(micro, config=EngineConfig(min_ngram=1), costs=CHEAP)
+    config = GenerationConfig(budget=Budget(max_new_tokens=12, eos_token_ids=()),
+                              sampling=Sampling(temperature=1.0),
+                              speculation=Speculation(drafting="ngram"))
     assert len({tuple(engine.generate(prompt, config).token_ids) for _ in range(4)}) > 1
 
 
 def test_a_seed_reproduces_after_other_requests(tiny_models, micro, prompt):
     """Answers to other prompts (the engine's answer history) and the acceptance they taught
     the policy never reach a seeded sample."""
-    engine = SpeculativeEngine(micro, costs=CHEAP, min_ngram=1)
-    config = GenerationConfig(max_new_tokens=12, temperature=0.8, seed=7, eos_token_ids=(), drafting="ngram")
+    engine = SpeculativeEngine(micro, config=EngineConfig(min_ngram=1), costs=CHEAP)
+    config = GenerationConfig(budget=Budget(max_new_tokens=12, eos_token_ids=()),
+                              sampling=Sampling(temperature=0.8, seed=7),
+                              speculation=Speculation(drafting="ngram"))
     first = engine.generate(prompt, config).token_ids
     for other in (list(prompt[1:]), list(prompt[:-1]) + list(prompt[:3])):
-        engine.generate(other, GenerationConfig(max_new_tokens=20, eos_token_ids=()))
-    assert len(engine.history) == 3
+        engine.generate(other, GenerationConfig(budget=Budget(max_new_tokens=20, eos_token_ids=())))
+    assert len(engine.core.history) == 3
     assert engine.generate(prompt, config).token_ids == first
 
 

@@ -21,15 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import LogitsProcessorList
 
-from decoding import GenerationConfig, SpeculativeEngine
+from decoding import Budget, GenerationConfig, Sampling, Speculation, SpeculativeEngine
+from decoding.backends.models import load_model
 from decoding.config import GenerationSettingError
+from decoding.core import EngineConfig
 from decoding.logits import (
     FrequencyPresencePenaltyLogitsProcessor,
     LogitBiasLogitsProcessor,
     effective_settings,
 )
-from decoding.models import load_model
-from decoding.policy import CostModel
+from decoding.planning.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -46,7 +47,8 @@ def small(tiny_models):
 
 @pytest.fixture(scope="module")
 def engine(tiny_models, small):
-    return SpeculativeEngine(small, tiny_models.load("small_noisy"), costs=COSTS, draft_min_confidence=0.0)
+    return SpeculativeEngine(small, tiny_models.load("small_noisy"), config=EngineConfig(draft_min_confidence=0.0),
+                             costs=COSTS)
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +109,11 @@ def test_setting_matches_generate_in_every_mode(tiny_models, small, engine, prom
         changed += expected != ref[:len(expected)] or len(expected) != len(ref)
         rng = random.Random(f"{name}-{p}")
         for mode in MODES:
-            config = GenerationConfig(max_new_tokens=N, eos_token_ids=eos, drafting=mode,
-                                      num_speculative_tokens=rng.randint(1, 12),
-                                      fixed_gamma=mode in ("ngram", "draft_model") and rng.random() < 0.5, **fields)
+            gamma = rng.randint(1, 12)
+            fixed = mode in ("ngram", "draft_model") and rng.random() < 0.5
+            config = GenerationConfig(Sampling(**fields), Budget(max_new_tokens=N, eos_token_ids=eos),
+                                      Speculation(mode="fixed" if fixed else "adaptive", drafting=mode,
+                                                  num_speculative_tokens=gamma))
             result = engine.generate(prompt, config, contexts=[ref, expected])
             assert result.token_ids == expected, (name, p, mode, config)
             if mode != "off" and result.stats.drafters:
@@ -132,9 +136,10 @@ def test_sampling_with_settings_is_reproducible_across_modes(tiny_models, small,
     outs = set()
     for mode in MODES:
         for gamma in (1, 4, 9):
-            config = GenerationConfig(max_new_tokens=N, temperature=0.9, top_k=20, seed=123, eos_token_ids=(),
-                                      drafting=mode, num_speculative_tokens=gamma, repetition_penalty=1.3,
-                                      suppress_tokens=banned, logit_bias={banned[0] + 1: 2.0})
+            config = GenerationConfig(budget=Budget(max_new_tokens=N, eos_token_ids=()),
+                                      sampling=Sampling(temperature=0.9, top_k=20, seed=123, repetition_penalty=1.3,
+                                                        suppress_tokens=banned, logit_bias={banned[0] + 1: 2.0}),
+                                      speculation=Speculation(drafting=mode, num_speculative_tokens=gamma))
             ids = engine.generate(prompts[0], config, contexts=[prompts[0]]).token_ids
             assert not set(ids) & set(banned)
             outs.add(tuple(ids))
@@ -159,7 +164,8 @@ def test_checkpoint_generation_config_applies_by_default(tiny_models, checkpoint
     loaded = load_model(str(checkpoint_with_settings), device="cpu", dtype="float32")
     assert loaded.generation_defaults["repetition_penalty"] == 1.5
     assert loaded.generation_defaults["no_repeat_ngram_size"] == 3
-    engine = SpeculativeEngine(loaded, tiny_models.load("small_noisy"), costs=COSTS, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(loaded, tiny_models.load("small_noisy"), config=EngineConfig(draft_min_confidence=0.0),
+                               costs=COSTS)
     for prompt in prompts:
         ref = tiny_models.greedy("small", prompt, N)
         with torch.inference_mode():  # generate() inherits the checkpoint's settings too (do_sample off here)
@@ -167,14 +173,16 @@ def test_checkpoint_generation_config_applies_by_default(tiny_models, checkpoint
                                              eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
         assert expected != ref
         for mode in MODES:
-            result = engine.generate(prompt, GenerationConfig(max_new_tokens=N, eos_token_ids=(), drafting=mode),
+            result = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=N, eos_token_ids=()),
+                                                              speculation=Speculation(drafting=mode)),
                                      contexts=[ref])
             assert result.token_ids == expected, mode
             stats = result.stats.generation_settings
             assert stats["from_checkpoint"] == ["repetition_penalty", "no_repeat_ngram_size"]
             assert stats["checkpoint_sampling"] == {"do_sample": True, "temperature": 0.7, "top_p": 0.8}
         # A request's explicit value overrides the checkpoint's: 1.0 and 0 switch them off.
-        off = GenerationConfig(max_new_tokens=N, eos_token_ids=(), repetition_penalty=1.0, no_repeat_ngram_size=0)
+        off = GenerationConfig(budget=Budget(max_new_tokens=N, eos_token_ids=()),
+                               sampling=Sampling(repetition_penalty=1.0, no_repeat_ngram_size=0))
         result = engine.generate(prompt, off, contexts=[ref])
         assert result.token_ids == ref and result.stats.generation_settings["from_checkpoint"] == []
 
@@ -187,7 +195,7 @@ def test_checkpoint_setting_the_engine_cannot_apply_is_refused(tiny_models, tmp_
     loaded = load_model(str(folder), device="cpu", dtype="float32")
     engine = SpeculativeEngine(loaded, costs=COSTS)
     with pytest.raises(GenerationSettingError, match="forced_eos_token_id") as err:
-        engine.generate([1, 2, 3], GenerationConfig(max_new_tokens=4))
+        engine.generate([1, 2, 3], GenerationConfig(budget=Budget(max_new_tokens=4)))
     assert err.value.field == "forced_eos_token_id"
 
 
@@ -200,7 +208,7 @@ def test_checkpoint_setting_the_engine_cannot_apply_is_refused(tiny_models, tmp_
                                          ("frequency_penalty", 2.5), ("presence_penalty", -2.01)])
 def test_out_of_range_values_are_refused_naming_the_field(field, value):
     with pytest.raises(GenerationSettingError) as err:
-        GenerationConfig(**{field: value})
+        Sampling(**{field: value})
     assert err.value.field == field and field in str(err.value)
     assert isinstance(err.value, ValueError)
 
@@ -210,14 +218,15 @@ def test_out_of_range_values_are_refused_naming_the_field(field, value):
 def test_token_ids_outside_the_vocabulary_are_refused_at_request_time(engine, field, value):
     assert engine.target.model.config.vocab_size == 64
     with pytest.raises(GenerationSettingError) as err:
-        engine.generate([1, 2, 3], GenerationConfig(max_new_tokens=0, **{field: value}))
+        engine.generate([1, 2, 3], GenerationConfig(Sampling(**{field: value}), Budget(max_new_tokens=0)))
     assert err.value.field == field
 
 
 def test_openai_string_keys_and_normalised_values():
-    config = GenerationConfig(logit_bias={"7": 1, 3: -2.5}, bad_words_ids=[[1, 2]], suppress_tokens=[4])
-    assert config.logit_bias == ((3, -2.5), (7, 1.0))
-    assert config.bad_words_ids == ((1, 2),) and config.suppress_tokens == (4,)
+    config = GenerationConfig(sampling=Sampling(logit_bias={"7": 1, 3: -2.5}, bad_words_ids=[[1, 2]],
+                                                suppress_tokens=[4]))
+    assert config.sampling.logit_bias == ((3, -2.5), (7, 1.0))
+    assert config.sampling.bad_words_ids == ((1, 2),) and config.sampling.suppress_tokens == (4,)
     hash(config)  # still hashable
     assert not effective_settings(GenerationConfig(), {}, 10).active
 
@@ -267,8 +276,8 @@ def test_property_random_settings_match_generate(tiny_models, small, engine, pro
     fields, eos = case
     prompt = prompts[prompt_i]
     expected = hf_generate(small, prompt, n, eos, **fields)
-    config = GenerationConfig(max_new_tokens=n, eos_token_ids=eos, drafting=mode, num_speculative_tokens=gamma,
-                              **fields)
+    config = GenerationConfig(Sampling(**fields), Budget(max_new_tokens=n, eos_token_ids=eos),
+                              Speculation(drafting=mode, num_speculative_tokens=gamma))
     result = engine.generate(prompt, config, contexts=[tiny_models.greedy("small", prompt, N), expected])
     assert result.token_ids == expected
 
@@ -323,7 +332,7 @@ def test_settings_and_seeded_sampling_on_cuda(tiny_models):
     with settings is the same in every mode (the Gumbel noise comes from a CUDA generator)."""
     target = load_model(str(tiny_models.path("small")), device="cuda", dtype="float32")
     draft = load_model(str(tiny_models.path("small_noisy")), device="cuda", dtype="float32")
-    engine = SpeculativeEngine(target, draft, costs=COSTS, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(target, draft, config=EngineConfig(draft_min_confidence=0.0), costs=COSTS)
     prompt = target.tokenizer.encode("restart the xrootd service on the disk node")
     with torch.inference_mode():
         ref = target.model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=N, do_sample=False,
@@ -331,10 +340,13 @@ def test_settings_and_seeded_sampling_on_cuda(tiny_models):
     for name, (fields, eos) in settings_cases(ref, 64).items():
         expected = hf_generate(target, prompt, N, eos, **fields)
         for mode in MODES:
-            config = GenerationConfig(max_new_tokens=N, eos_token_ids=eos, drafting=mode, **fields)
+            config = GenerationConfig(Sampling(**fields), Budget(max_new_tokens=N, eos_token_ids=eos),
+                                      Speculation(drafting=mode))
             assert engine.generate(prompt, config, contexts=[ref, expected]).token_ids == expected, (name, mode)
-    outs = {tuple(engine.generate(prompt, GenerationConfig(
-        max_new_tokens=N, temperature=0.9, seed=5, eos_token_ids=(), drafting=mode, num_speculative_tokens=gamma,
-        repetition_penalty=1.2, logit_bias={ref[0]: -2.0}), contexts=[ref]).token_ids)
-        for mode in MODES for gamma in (1, 6)}
+    sampling = Sampling(temperature=0.9, seed=5, repetition_penalty=1.2, logit_bias={ref[0]: -2.0})
+    budget = Budget(max_new_tokens=N, eos_token_ids=())
+    outs = {tuple(engine.generate(prompt, GenerationConfig(sampling, budget,
+                                                           Speculation(drafting=mode, num_speculative_tokens=gamma)),
+                                  contexts=[ref]).token_ids)
+            for mode in MODES for gamma in (1, 6)}
     assert len(outs) == 1

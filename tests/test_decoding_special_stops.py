@@ -14,9 +14,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.models import load_model
-from decoding.policy import CostModel
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.backends.models import load_model
+from decoding.planning.policy import CostModel
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -88,7 +88,8 @@ def test_special_token_stop_strings_stop_where_generate_stops(chat, engine, stop
     expected = hf_stop(loaded, prompt, stop)
     assert (len(expected) < N) == (text is not None)
     for mode in MODES:
-        config = GenerationConfig(max_new_tokens=N, stop_strings=(stop,), eos_token_ids=(), drafting=mode)
+        config = GenerationConfig(budget=Budget(max_new_tokens=N, stop_strings=(stop,), eos_token_ids=()),
+                                  speculation=Speculation(drafting=mode))
         events = list(engine.stream(prompt, config, contexts=[chain * 3]))
         result = events[-1].result
         assert result.token_ids == expected, (stop, mode)
@@ -104,5 +105,5 @@ def test_special_token_stop_strings_stop_where_generate_stops(chat, engine, stop
 
 def test_special_tokens_are_skipped_in_the_text_without_a_stop(chat, engine):
     _, chain = chat
-    result = engine.generate(chain[:1], GenerationConfig(max_new_tokens=12, eos_token_ids=()))
+    result = engine.generate(chain[:1], GenerationConfig(budget=Budget(max_new_tokens=12, eos_token_ids=())))
     assert result.text == " disk is fulluser tick; the disk"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from decoding import GenerationConfig, SpeculativeEngine
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.core import EngineConfig
 from decoding.detokenize import IncrementalDetokenizer
-from decoding.policy import CostModel
+from decoding.planning.policy import CostModel
 from decoding.stopping import StopChecker, cut_at_stop_string
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -37,7 +38,7 @@ def engines(scripted_target, scripted_engine, tok, prompt, continuation, **targe
     """(name, engine, drafting) for plain, n-gram and oracle drafting over the scripted target."""
     target = scripted_target(tok, prompt, continuation, **target_kw)
     yield "off", SpeculativeEngine(target, costs=CHEAP), "off"
-    yield "ngram", SpeculativeEngine(target, costs=CHEAP, max_ngram=3, min_ngram=1), "ngram"
+    yield "ngram", SpeculativeEngine(target, config=EngineConfig(max_ngram=3, min_ngram=1), costs=CHEAP), "ngram"
     yield "oracle", scripted_engine(target, lambda out: continuation[len(out):]), "ngram"
 
 
@@ -63,8 +64,8 @@ def test_streamed_deltas_equal_the_final_text_with_multibyte_chars(scripted_targ
     prompt = tok.encode("answer:")
     continuation = byte_token_ids(tok, TEXT)
     for name, engine, drafting in engines(scripted_target, scripted_engine, tok, prompt, continuation):
-        config = GenerationConfig(max_new_tokens=len(continuation), drafting=drafting, num_speculative_tokens=gamma,
-                                  eos_token_ids=())
+        config = GenerationConfig(budget=Budget(max_new_tokens=len(continuation), eos_token_ids=()),
+                                  speculation=Speculation(drafting=drafting, num_speculative_tokens=gamma))
         result, deltas = run(engine, prompt, config, contexts=[continuation])
         assert result.token_ids == continuation and result.text == TEXT, name
         assert all("\ufffd" not in d for d in deltas), name
@@ -84,8 +85,9 @@ def test_stop_string_split_across_byte_tokens(scripted_target, scripted_engine, 
     else:
         want_ids, want_text, reason = continuation, TEXT, "length"
     for name, engine, drafting in engines(scripted_target, scripted_engine, tok, prompt, continuation):
-        config = GenerationConfig(max_new_tokens=len(continuation), drafting=drafting, num_speculative_tokens=gamma,
-                                  stop_strings=(stop, "<never>"), eos_token_ids=())
+        config = GenerationConfig(budget=Budget(max_new_tokens=len(continuation), stop_strings=(stop, "<never>"),
+                                                eos_token_ids=()),
+                                  speculation=Speculation(drafting=drafting, num_speculative_tokens=gamma))
         result, deltas = run(engine, prompt, config, contexts=[continuation])
         assert (result.token_ids, result.text, result.finish_reason) == (want_ids, want_text, reason), name
         assert all(stop not in d and "\ufffd" not in d for d in deltas), name
@@ -95,8 +97,9 @@ def test_earliest_of_several_stop_strings_wins(scripted_target, scripted_engine,
     prompt = tok.encode("answer:")
     continuation = byte_token_ids(tok, TEXT)
     for name, engine, drafting in engines(scripted_target, scripted_engine, tok, prompt, continuation):
-        config = GenerationConfig(max_new_tokens=200, drafting=drafting, num_speculative_tokens=10,
-                                  stop_strings=("more", "✓", "done"), eos_token_ids=())
+        config = GenerationConfig(budget=Budget(max_new_tokens=200, stop_strings=("more", "✓", "done"),
+                                                eos_token_ids=()),
+                                  speculation=Speculation(drafting=drafting, num_speculative_tokens=10))
         result, _ = run(engine, prompt, config, contexts=[continuation])
         assert result.text == "ok café 東京 " and result.finish_reason == "stop", name
         assert result.token_ids == continuation[: len("ok café 東京 ✓".encode())], name
@@ -109,8 +112,8 @@ def test_eos_in_a_drafted_block_ends_the_stream(scripted_target, scripted_engine
     for name, engine, drafting in engines(scripted_target, scripted_engine, tok, prompt, continuation,
                                           eos_token_id=eos):
         for gamma in (1, 4, 10):
-            config = GenerationConfig(max_new_tokens=100, drafting=drafting, num_speculative_tokens=gamma,
-                                      stop_strings=("after",))
+            config = GenerationConfig(budget=Budget(max_new_tokens=100, stop_strings=("after",)),
+                                      speculation=Speculation(drafting=drafting, num_speculative_tokens=gamma))
             result, _ = run(engine, prompt, config, contexts=[continuation])
             assert result.token_ids == continuation[: continuation.index(eos) + 1], (name, gamma)
             assert result.text == "東京 ok" and result.finish_reason == "eos", (name, gamma)
@@ -122,7 +125,8 @@ def test_budget_cuts_inside_a_multibyte_character(scripted_target, scripted_engi
     continuation = byte_token_ids(tok, TEXT)
     cut = len("ok café 東".encode()) - 1  # one byte short of 東
     for name, engine, drafting in engines(scripted_target, scripted_engine, tok, prompt, continuation):
-        config = GenerationConfig(max_new_tokens=cut, drafting=drafting, num_speculative_tokens=10, eos_token_ids=())
+        config = GenerationConfig(budget=Budget(max_new_tokens=cut, eos_token_ids=()),
+                                  speculation=Speculation(drafting=drafting, num_speculative_tokens=10))
         result, _ = run(engine, prompt, config, contexts=[continuation])
         assert result.token_ids == continuation[:cut] and result.text == tok.decode(continuation[:cut]), name
         assert result.finish_reason == "length"
@@ -131,14 +135,16 @@ def test_budget_cuts_inside_a_multibyte_character(scripted_target, scripted_engi
 def test_streaming_real_model_with_stop_strings(tiny_models):
     """Streaming on a tiny random model: deltas add up to the text for several stop strings."""
     target = tiny_models.load("large")
-    engine = SpeculativeEngine(target, tiny_models.load("large_noisy"), costs=CHEAP, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(target, tiny_models.load("large_noisy"), config=EngineConfig(draft_min_confidence=0.0),
+                               costs=CHEAP)
     for text in ("café 東京 🚀", "restart the xrootd service"):
         prompt = target.tokenizer.encode(text)
         ref = tiny_models.greedy("large", prompt, 40)
         ref_text = target.tokenizer.decode(ref)
         for stop in (ref_text[10:12], ref_text[20:23], "zz~never"):
             for mode in ("off", "ngram", "draft_model", "auto"):
-                config = GenerationConfig(max_new_tokens=40, drafting=mode, stop_strings=(stop,), eos_token_ids=())
+                config = GenerationConfig(budget=Budget(max_new_tokens=40, stop_strings=(stop,), eos_token_ids=()),
+                                          speculation=Speculation(drafting=mode))
                 result, _ = run(engine, prompt, config, contexts=[ref])
                 assert result.token_ids == tiny_models.expected("large", prompt, 40, (), (stop,))[0]
 

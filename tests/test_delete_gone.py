@@ -24,10 +24,11 @@ from fastapi.testclient import TestClient
 from copilot.api.app import create_app
 from copilot.config import Settings
 from copilot.service import CopilotService
+from ingestion.deletion import delete_document
 from ingestion.pipeline import ingest_paths
-from ingestion.purge import compact, purge_pending
-from ingestion.store import ChunkStore
+from ingestion.stores.chunk_store import ChunkStore
 from ingestion.stores.lexical_index import fts5_secure_delete_available
+from ingestion.stores.purge import compact, purge_pending
 from ingestion.uploads import upload_copy
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "ingestion"))
@@ -39,7 +40,7 @@ TOKEN = "zebramarker93f1qx"
 """One word: the FTS5 index stores it as a term (prefix-compressed, so its tail is scanned)."""
 CLI_WITH_HASH_EMBEDDER = (
     "import sys; sys.path.insert(0, %r); import ingestion.embedding; from ingestion_helpers import HashEmbedder; "
-    "ingestion.embedding.Embedder = lambda *a, **k: HashEmbedder(); from copilot.cli import app; app()"
+    "ingestion.embedding.Embedder = lambda *a, **k: HashEmbedder(); from copilot.cli.main import app; app()"
 ) % str(Path(__file__).parent / "fixtures" / "ingestion")
 """``python -c`` code running the ``copilot`` command line over stores built with ``HashEmbedder``."""
 SECRET_TEXT = f"Root cause: the {MARKER} credential {TOKEN} was pasted into the ticket."
@@ -121,13 +122,13 @@ def test_api_delete_of_an_uploaded_ticket_leaves_no_byte_of_it(env):
     assert [f["sources"][0]["doc_id"] for f in kept] == ["tickets/export.jsonl#OPS-7"]
     # the upload copy held it: gone; the file's other tickets stay stored, searchable and not prunable
     assert not (settings.uploads_dir / "tickets" / "export.jsonl").exists()
-    assert store.count_documents() == 40 and store.dense.count() == store.count_chunks() == 40
+    assert store.manifest.count() == 40 and store.dense.count() == store.lexical.count() == 40
     assert "tickets/export.jsonl#OPS-7" in _search_ids(client, "dcache pool 7")
     assert store.lexical_search("dcache pool 7", 1)[0].chunk.doc_id == "tickets/export.jsonl#OPS-7"
-    text = store.get_document_chunks("tickets/export.jsonl#OPS-7")[0].text
+    text = store.lexical.document_chunks("tickets/export.jsonl#OPS-7")[0].text
     assert store.dense_search(text, 1)[0].chunk.doc_id == "tickets/export.jsonl#OPS-7"
     assert store.lexical_search(MARKER, 5) == [] and MARKER not in str(_search_ids(client, MARKER))
-    assert store.prunable_documents() == []
+    assert store.manifest.prunable() == []
     assert client.get("/v1/documents/" + quote("tickets/export.jsonl#OPS-3", safe="/"), headers=KEY).status_code == 200
     assert client.get("/v1/documents/" + quote("tickets/export.jsonl#SEC-1", safe="/"), headers=KEY).status_code == 404
     # deleting a detached sibling works too; uploading the file again re-adds what it holds
@@ -136,7 +137,7 @@ def test_api_delete_of_an_uploaded_ticket_leaves_no_byte_of_it(env):
     r = client.post("/v1/ingest", headers=KEY, data={"folder": "tickets"},
                     files=[("files", ("export.jsonl", tickets_jsonl()))])
     assert _wait_job(client, r.json()["id"])["status"] == "succeeded"
-    assert store.count_documents() == 41 and store.prunable_documents() == []
+    assert store.manifest.count() == 41 and store.manifest.prunable() == []
 
 
 def test_cli_delete_of_a_server_side_document_purges_the_store_but_keeps_the_operators_file(env):
@@ -147,7 +148,7 @@ def test_cli_delete_of_a_server_side_document_purges_the_store_but_keeps_the_ope
     (root / "postmortems" / "other.md").write_text("---\ntitle: FTS transfer stall\n---\nThe FTS server stalled.\n")
     report = ingest_paths([root], store, progress=False)
     assert report.to_dict()["counts"].get("failed", 0) == 0
-    doc_id = next(d["doc_id"] for d in store.list_documents()[0] if d["source"] == "postmortems/srm.md")
+    doc_id = next(d["doc_id"] for d in store.manifest.page()[0] if d["source"] == "postmortems/srm.md")
     assert leftovers(settings.data_dir)
 
     # `copilot documents delete` in a process of its own, beside the serving one (as in production)
@@ -158,7 +159,7 @@ def test_cli_delete_of_a_server_side_document_purges_the_store_but_keeps_the_ope
     assert result.returncode == 0, result.stderr
     assert f"deleted {doc_id}" in result.stdout and time.perf_counter() - started < 60
     assert leftovers(settings.data_dir) == []
-    assert store.get_document_info(doc_id) is None and store.lexical_search(MARKER, 5) == []
+    assert store.manifest.info(doc_id) is None and store.lexical_search(MARKER, 5) == []
     assert source.exists()  # the operator's own file is not ours to remove
     assert any(d.startswith("postmortems/other.md") for d in _search_ids(client, "FTS server stalled"))
 
@@ -173,12 +174,12 @@ def test_chroma_log_and_hnsw_file_keep_nothing_of_a_deleted_chunk(tmp_path):
     store.upsert_documents([secret] + [Document(f"kb.jsonl#{i}", f"note {i} on pool {i}",
                                                 {"source": "kb.jsonl", "doc_type": "jsonl", "key": str(i)})
                                        for i in range(5)])
-    chunk_id = store.get_document_chunks("kb.jsonl#S")[0].chunk_id
+    chunk_id = store.lexical.document_chunks("kb.jsonl#S")[0].chunk_id
     vector = store.dense.get_embeddings([chunk_id])[chunk_id]
     chroma_db = tmp_path / "data" / "chroma" / "chroma.sqlite3"
     with sqlite3.connect(chroma_db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM embeddings_queue WHERE id = ?", (chunk_id,)).fetchone()[0] == 1
-    assert store.delete_document("kb.jsonl#S")
+    assert delete_document(store, "kb.jsonl#S")
     with sqlite3.connect(chroma_db) as conn:
         queued = conn.execute("SELECT operation, metadata FROM embeddings_queue WHERE id = ?", (chunk_id,)).fetchall()
     assert [op for op, _ in queued] == [3]  # only the deletion itself (id, no text) is left in the log
@@ -187,7 +188,7 @@ def test_chroma_log_and_hnsw_file_keep_nothing_of_a_deleted_chunk(tmp_path):
     windows = np.lib.stride_tricks.sliding_window_view(floats, vector.size)
     assert not np.isclose(windows, vector, atol=1e-5).all(axis=1).any()
     assert leftovers(tmp_path / "data") == []
-    text = store.get_document_chunks("kb.jsonl#3")[0].text  # HashEmbedder: the same text, the same vector
+    text = store.lexical.document_chunks("kb.jsonl#3")[0].text  # HashEmbedder: the same text, the same vector
     assert store.dense.count() == 5 and store.dense_search(text, 1)[0].chunk.doc_id == "kb.jsonl#3"
 
 
@@ -202,9 +203,9 @@ def test_a_store_opened_and_closed_before_in_the_process_does_not_keep_the_text(
                                                                  "key": "S"}),
                             Document("kb.jsonl#1", "note on pool 1", {"source": "kb.jsonl", "doc_type": "jsonl",
                                                                       "key": "1"})])
-    assert store.delete_document("kb.jsonl#S")
+    assert delete_document(store, "kb.jsonl#S")
     assert leftovers(tmp_path / "data") == []
-    assert store.count_documents() == 1
+    assert store.manifest.count() == 1
 
 
 def test_compact_rewrites_the_store_and_keeps_every_document(tmp_path):
@@ -214,7 +215,7 @@ def test_compact_rewrites_the_store_and_keeps_every_document(tmp_path):
     store.upsert_documents([Document(f"n.jsonl#{i}", f"note {i} about the FTS server {i}",
                                      {"source": "n.jsonl", "doc_type": "jsonl", "key": str(i)}) for i in range(30)])
     assert compact(store) == []
-    assert store.count_documents() == 30 and store.dense.count() == 30
+    assert store.manifest.count() == 30 and store.dense.count() == 30
     assert store.lexical_search("FTS server 12", 1)[0].chunk.doc_id == "n.jsonl#12"
     assert (tmp_path / "data" / "index.sqlite3-wal").stat().st_size == 0
     store.close()
@@ -222,7 +223,7 @@ def test_compact_rewrites_the_store_and_keeps_every_document(tmp_path):
                             env={**os.environ, "COPILOT_DATA_DIR": str(tmp_path / "data"), "HF_HUB_OFFLINE": "1"},
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "store compacted" in result.stdout, result.stderr
-    assert ChunkStore(tmp_path / "data", embedder=HashEmbedder()).count_documents() == 30
+    assert ChunkStore(tmp_path / "data", embedder=HashEmbedder()).manifest.count() == 30
 
 
 def test_upload_copy_names_only_installed_uploads(tmp_path):

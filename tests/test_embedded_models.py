@@ -1,4 +1,4 @@
-"""Embedded models from part wheels (decoding/embedded.py): assembly, hashes, clear errors.
+"""Embedded models from part wheels (decoding/backends/embedded.py): assembly, hashes, clear errors.
 
 Part wheels are stand-ins installed as real distributions: a ``*.dist-info`` folder with a
 RECORD (sha256 per file) on ``sys.path``, found through ``importlib.metadata`` exactly as the
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from decoding.embedded import (
+from decoding.backends.embedded import (
     EMBEDDED_MODELS,
     QWEN_CODER_05B,
     QWEN_CODER_15B,
@@ -25,7 +25,7 @@ from decoding.embedded import (
     embedded_folder,
     find_embedded,
 )
-from decoding.models import ModelLoadError, load_model
+from decoding.backends.models import ModelLoadError, load_model
 
 
 def _install(site: Path, dist: str, files: dict[str, bytes]) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.embedded import QWEN_CODER_05B, QWEN_CODER_15B
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.backends.embedded import QWEN_CODER_05B, QWEN_CODER_15B
+from decoding.core import EngineConfig
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(bool(QWEN_CODER_05B.missing_parts()), reason="the Qwen 0.5B part wheels are not "
@@ -22,7 +23,7 @@ CONTEXT = ("[1] ELOG | MID 2 | Re: dc-pool-07 offline\n- Restarted the pool doma
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory):
-    from decoding.models import load_model
+    from decoding.backends.models import load_model
 
     return load_model(QWEN_CODER_05B.name, device="cpu", dtype="float32", cache_dir=tmp_path_factory.mktemp("qwen"))
 
@@ -31,7 +32,7 @@ def test_the_default_target_on_cpu_is_the_15b_on_llamacpp_else_the_05b():
     import importlib.util
 
     from copilot.config import Settings
-    from decoding.draft_plan import draft_model_plan
+    from decoding.drafters.plan import draft_model_plan
 
     llama = importlib.util.find_spec("llama_cpp") is not None and not QWEN_CODER_15B.missing_parts()
     auto = Settings(_env_file=None, target_model="auto", device="cpu", backend="auto").target_model
@@ -58,11 +59,12 @@ def test_every_mode_equals_generate_on_the_qwen_target(qwen):
     with torch.inference_mode():
         ref = qwen.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False,
                                   pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
-    engine = SpeculativeEngine(qwen, max_speculative_tokens=4)
+    engine = SpeculativeEngine(qwen, config=EngineConfig(max_speculative_tokens=4))
     contexts = [tok(CONTEXT, add_special_tokens=False)["input_ids"]]
     eos = set(qwen.eos_token_ids())
     for mode in ("off", "ngram", "auto"):
-        result = engine.generate(ids, GenerationConfig(max_new_tokens=24, drafting=mode), contexts)
+        result = engine.generate(ids, GenerationConfig(budget=Budget(max_new_tokens=24),
+                                                       speculation=Speculation(drafting=mode)), contexts)
         cut = next((i + 1 for i, t in enumerate(ref) if t in eos), len(ref))
         assert result.token_ids == ref[:cut], mode
     assert "systemctl restart dcache@dc-pool-07Domain.service" in tok.decode(result.token_ids)

@@ -10,7 +10,7 @@ import torch
 
 import decoding.request
 from decoding import SpeculativeEngine
-from decoding.policy import CostModel
+from decoding.planning.policy import CostModel
 from decoding.stopping import LoopDetector, StopChecker
 from evals.cli import _loop_span
 from evals.exactness import compare, failing_divergences, reference, run_exactness
@@ -259,7 +259,7 @@ def test_a_bad_cases_file_is_named(tmp_path, content):
 
 def test_latency_without_a_draft_model_times_the_ngram_policy_once(tiny_engine, tiny_cases):
     _, cases = tiny_cases
-    engine = SpeculativeEngine(tiny_engine.target, costs=tiny_engine.costs)
+    engine = SpeculativeEngine(tiny_engine.target, costs=tiny_engine.core.costs)
     assert latency_modes(engine) == ["hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "ours_auto"]
     report = run_latency(engine, cases[:1], max_new_tokens=4)
     assert report["aliases"] == {"ours_ngram": "ours_auto"} and "policy_states" in report
@@ -290,7 +290,7 @@ def test_bad_questions_file_names_the_line(tmp_path):
 
 @pytest.mark.slow
 def test_retrieval_eval_on_sample_corpus(sample_service):
-    report = run_retrieval(sample_service.retriever, quick_subset(load_questions(), 6))
+    report = run_retrieval(sample_service.searcher.retriever, quick_subset(load_questions(), 6))
     assert set(report["recall"]) == {"dense", "bm25", "hybrid"}
     for r in report["recall"].values():
         assert 0.0 <= r["@1"] <= r["@5"] <= r["@10"] <= 1.0

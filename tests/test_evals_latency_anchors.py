@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from decoding import SpeculativeEngine
-from decoding.policy import CostModel
+from decoding.core import EngineConfig
+from decoding.planning.policy import CostModel
 from evals.harness import Case
 from evals.latency import NO_DRAFT_REASON, anchor_produced, run_hf, run_latency
 from evals.questions import Question
@@ -33,12 +34,12 @@ def test_anchor_token_shares():
 def test_assisted_generation_uses_our_draft_model_and_reports_shares(tiny_models, cases):
     """hf_assisted: a copy of the target as the assistant is a perfect draft, so greedy's ids come out in
     fewer passes, some of them the assistant's; the report shows every mode's shares."""
-    from decoding.models import load_model
+    from decoding.backends.models import load_model
 
     target, cs = cases
     # A copy of the target in its own module, so that its forward passes are not counted as the target's.
     twin = load_model(str(tiny_models.path("small")), device="cpu", dtype="float32")
-    engine = SpeculativeEngine(target, twin, costs=COSTS, draft_min_confidence=0.0)
+    engine = SpeculativeEngine(target, twin, config=EngineConfig(draft_min_confidence=0.0), costs=COSTS)
     greedy = run_hf(engine, "hf_greedy", cs[0], 24)
     assisted = run_hf(engine, "hf_assisted", cs[0], 24)
     assert assisted.tokens == greedy.tokens and assisted.passes < greedy.passes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoding import GenerationConfig
+from decoding import Budget, GenerationConfig, Speculation
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,8 @@ def test_every_mode_equals_generate(embedded_target, embedded_engine, name, text
                                              pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
     contexts = [tok(CONTEXT, add_special_tokens=False)["input_ids"]]
     for mode in ("off", "ngram", "auto"):
-        result = embedded_engine.generate(ids, GenerationConfig(max_new_tokens=40, drafting=mode), contexts)
+        result = embedded_engine.generate(ids, GenerationConfig(budget=Budget(max_new_tokens=40),
+                                                                speculation=Speculation(drafting=mode)), contexts)
         assert result.token_ids == ref, (name, mode)
         assert result.stats.new_tokens == len(ref)
 
@@ -49,7 +50,8 @@ def test_ngram_drafter_accepts_on_copy_heavy_prompt(embedded_target, embedded_en
     tok = embedded_target.tokenizer
     ids = _chat_ids(tok, PROMPTS[2][1])
     # fixed γ: this checks the drafter's acceptance, not what the (shared, learning) policy decides
-    result = embedded_engine.generate(ids, GenerationConfig(max_new_tokens=40, drafting="ngram", fixed_gamma=True))
+    result = embedded_engine.generate(ids, GenerationConfig(budget=Budget(max_new_tokens=40),
+                                                            speculation=Speculation(drafting="ngram", mode="fixed")))
     stats = result.stats
     assert stats.drafters["ngram"].accepted > 0
     assert stats.tau > 1.0

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.few_token_linear import (
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.backends.few_token_linear import (
     MAX_ROWS,
     few_token_linear,
     few_token_passes,
@@ -36,7 +36,7 @@ def test_matches_f_linear(shape, bias):
 def test_plain_f_linear_outside_the_block_for_one_row_and_above_max_rows(monkeypatch):
     layer = torch.nn.Linear(8, 8)
     calls = []
-    monkeypatch.setattr("decoding.few_token_linear.torch.mm", lambda *a: calls.append(1) or torch.mm(*a))
+    monkeypatch.setattr("decoding.backends.few_token_linear.torch.mm", lambda *a: calls.append(1) or torch.mm(*a))
     for x in (torch.randn(1, 4, 8), torch.randn(1, 1, 8), torch.randn(1, MAX_ROWS + 1, 8)):
         assert torch.equal(few_token_linear(layer, x), F.linear(x, layer.weight, layer.bias))
     with few_token_passes():
@@ -48,7 +48,7 @@ def test_plain_f_linear_outside_the_block_for_one_row_and_above_max_rows(monkeyp
 def test_the_switch_is_per_thread():
     seen = []
     with few_token_passes():
-        from decoding.few_token_linear import _ACTIVE
+        from decoding.backends.few_token_linear import _ACTIVE
 
         worker = threading.Thread(target=lambda: seen.append(_ACTIVE.get()))
         worker.start()
@@ -99,6 +99,7 @@ def test_engine_with_it_still_equals_generate(tiny_models):
     prompt = list(range(5, 25)) * 3
     expected = tiny_models.greedy("large", prompt, 48)
     for mode in ("off", "ngram", "auto"):
-        out = engine.generate(prompt, GenerationConfig(max_new_tokens=48, drafting=mode, eos_token_ids=()),
+        out = engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=48, eos_token_ids=()),
+                                                       speculation=Speculation(drafting=mode)),
                               [prompt])
         assert out.token_ids == expected, mode

@@ -1,11 +1,21 @@
-"""Grounding (copilot/grounding.py): entities a question names, near-duplicates ordered, "not found"."""
+"""Grounding (copilot/answer/grounding.py): entities a question names, near-duplicates ordered, "not found"."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from answering import answer as answer_of
 
-from copilot.grounding import DateRef, DocumentText, assess, entity_order, holds, not_found_answer, question_entities
+from copilot.answer.grounding import (
+    DateRef,
+    DocumentText,
+    assess,
+    entity_order,
+    holds,
+    not_found_answer,
+    question_entities,
+)
+from copilot.answer.question import QuestionRequest
 
 SE04 = DocumentText("elog#1",
                     "2026-04-03 se-04.alp.example: [ERROR] Socket timeout; fixed with ethtool -G eth0 rx 4096",
@@ -83,13 +93,14 @@ def test_service_answers_not_found_without_running_the_model(sample_service):
     """A question naming a host no entry mentions: "not found" with the closest entries, no
     target pass, and the answer still carries its sources; a named host that exists answers."""
     prepared = sample_service.prepare(
-        sample_service.question("Which command restarted dc-pool-99 after the RAID rebuild?"))
+        sample_service.question(QuestionRequest("Which command restarted dc-pool-99 after the RAID rebuild?")))
     assert not prepared.grounding.answerable and prepared.grounding.missing == ["dc-pool-99"]
-    answer = sample_service.answer(prepared)
+    answer = answer_of(sample_service, prepared)
     assert answer.not_found and answer.text.startswith("Not found") and "dc-pool-99" in answer.text
     assert answer.stats.get("target_passes", 0) == 0 and answer.sources
     assert answer.cited and all(1 <= n <= len(answer.sources) for n in answer.cited)
-    ok = sample_service.prepare(sample_service.question("Which command restarted dc-pool-07 after the RAID rebuild?"))
+    asked = QuestionRequest("Which command restarted dc-pool-07 after the RAID rebuild?")
+    ok = sample_service.prepare(sample_service.question(asked))
     assert ok.grounding.answerable and ok.prompt.sources[0].doc_id == "logbooks/operations.elog#2"
 
 

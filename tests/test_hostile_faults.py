@@ -33,10 +33,11 @@ from copilot.api.app import create_app  # noqa: E402
 from copilot.api.server import ServerThread  # noqa: E402
 from copilot.config import Settings  # noqa: E402
 from copilot.service import CopilotService  # noqa: E402
+from ingestion.deletion import delete_document  # noqa: E402
 from ingestion.ingest_command import run_ingest  # noqa: E402
 from ingestion.loaders import load_bytes  # noqa: E402
 from ingestion.report import EXIT_OK, EXIT_STORE  # noqa: E402
-from ingestion.store import ChunkStore, open_store  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore, open_store  # noqa: E402
 from ingestion.stores.space_reserve import RESERVE_NAME  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,14 +242,14 @@ def test_a_full_disk_stops_ingest_names_every_file_and_leaves_list_read_and_dele
 
     store = open_store(settings, embedder=embedder)  # opens (the reserve gives the room)
     try:
-        page, total = store.list_documents(limit=10_000)
+        page, total = store.manifest.page(limit=10_000)
         ids = {d["doc_id"] for d in page}
         assert before <= ids and total == len(ids)  # nothing stored before is lost
         doc_id = sorted(before)[0]
-        assert store.get_document_info(doc_id) is not None and store.get_document_chunks(doc_id)
-        assert store.delete_document(doc_id)
-        assert store.get_document_info(doc_id) is None
-        assert store.count_documents() == total - 1
+        assert store.manifest.info(doc_id) is not None and store.lexical.document_chunks(doc_id)
+        assert delete_document(store, doc_id)
+        assert store.manifest.info(doc_id) is None
+        assert store.manifest.count() == total - 1
     finally:
         store.close()
 
@@ -256,7 +257,7 @@ def test_a_full_disk_stops_ingest_names_every_file_and_leaves_list_read_and_dele
 def _doc_ids(settings: Settings, embedder: HashEmbedder) -> set[str]:
     store = open_store(settings, embedder=embedder)
     try:
-        return {d["doc_id"] for d in store.list_documents(limit=10_000)[0]}
+        return {d["doc_id"] for d in store.manifest.page(limit=10_000)[0]}
     finally:
         store.close()
 

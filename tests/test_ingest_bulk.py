@@ -25,12 +25,12 @@ from ingestion_helpers import REPO_ROOT, HashEmbedder, snapshot  # noqa: E402
 
 from evals.ticket_corpus import write_tickets  # noqa: E402
 from ingestion.interrupt import IngestInterrupted, stop_on_signals  # noqa: E402
-from ingestion.pipeline import IngestProgress, ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.pipeline import IngestOptions, IngestProgress, ingest_paths  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 
 CLI_WITH_HASH_EMBEDDER = (
     "import sys; sys.path.insert(0, %r); import ingestion.embedding; from ingestion_helpers import HashEmbedder; "
-    "ingestion.embedding.Embedder = lambda *a, **k: HashEmbedder(); from copilot.cli import app; app()"
+    "ingestion.embedding.Embedder = lambda *a, **k: HashEmbedder(); from copilot.cli.main import app; app()"
 ) % str(Path(__file__).parent / "fixtures" / "ingestion")
 """``python -c`` code running the ``copilot`` command line over stores built with ``HashEmbedder``."""
 
@@ -72,10 +72,11 @@ def test_one_write_per_batch_and_progress_inside_the_file(tmp_path, tickets):
     embedder = HashEmbedder()
     store = ChunkStore(tmp_path / "data", embedder=embedder)
     seen: list[IngestProgress] = []
-    report = ingest_paths([tickets], store, progress=False, on_progress=seen.append, batch_chunks=100)
+    report = ingest_paths([tickets], store, progress=False, on_progress=seen.append,
+                          options=IngestOptions(batch_chunks=100))
     entry = report.files[0]
     assert (entry.status, entry.documents, entry.written_documents, entry.chunks) == ("indexed", 1000, 1000, 1000)
-    assert store.count_documents() == 1000 == store.count_chunks()
+    assert store.manifest.count() == 1000 == store.lexical.count()
     assert embedder.calls == math.ceil(1000 / 100)  # one embed (one apply) per batch of 100 chunks
     inside = [p for p in seen if p.files_done == 0 and p.records_total]
     assert inside and all(p.records_total == 1000 for p in inside)
@@ -91,21 +92,22 @@ def test_one_write_per_batch_and_progress_inside_the_file(tmp_path, tickets):
 
 def test_a_stop_keeps_what_was_written_reports_the_rest_and_a_rerun_resumes(tmp_path, tickets):
     clean = ChunkStore(tmp_path / "clean", embedder=HashEmbedder())
-    ingest_paths([tickets], clean, progress=False, batch_chunks=100)
+    ingest_paths([tickets], clean, progress=False, options=IngestOptions(batch_chunks=100))
     other = tickets.parent / "later.jsonl"
     write_tickets(other, 10, seed=6)
     store = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
     with pytest.raises(IngestInterrupted) as stopped:
-        ingest_paths([tickets, other], store, progress=False, on_progress=StopAfter(3), batch_chunks=100)
+        ingest_paths([tickets, other], store, progress=False, on_progress=StopAfter(3),
+                     options=IngestOptions(batch_chunks=100))
     report = stopped.value.report
     assert stopped.value.exit_code == 143 and report is not None
     assert report.error.startswith("interrupted by SIGTERM: 300 document(s), 300 chunk(s) written")
     first, second = report.files
     assert first.status == "failed" and first.written_documents == 300 and "re-run to resume" in first.reason
     assert (second.source, second.status) == ("later.jsonl", "failed") and "not ingested" in second.reason
-    assert store.count_documents() == 300 and store.db.query("SELECT COUNT(*) FROM pending")[0][0] == 0
-    assert store.manifest.get_file(str(tickets)) is None  # not fingerprinted: parsed again next run
-    resumed = ingest_paths([tickets], store, progress=False, batch_chunks=100)
+    assert store.manifest.count() == 300 and store.db.query("SELECT COUNT(*) FROM pending")[0][0] == 0
+    assert store.manifest.files.get(str(tickets)) is None  # not fingerprinted: parsed again next run
+    resumed = ingest_paths([tickets], store, progress=False, options=IngestOptions(batch_chunks=100))
     assert resumed.files[0].written_documents == 700 and resumed.recovered_documents == 0
     assert_same_store(store, clean)
     clean.close()
@@ -128,13 +130,13 @@ class _KilledMidWrite(HashEmbedder):
 
 def test_ctrl_c_during_a_batch_leaves_it_unstored_and_the_rerun_converges(tmp_path, tickets):
     clean = ChunkStore(tmp_path / "clean", embedder=HashEmbedder())
-    ingest_paths([tickets], clean, progress=False, batch_chunks=100)
+    ingest_paths([tickets], clean, progress=False, options=IngestOptions(batch_chunks=100))
     store = ChunkStore(tmp_path / "data", embedder=_KilledMidWrite(at=4))
     with pytest.raises(IngestInterrupted) as stopped:
-        ingest_paths([tickets], store, progress=False, batch_chunks=100)
+        ingest_paths([tickets], store, progress=False, options=IngestOptions(batch_chunks=100))
     assert stopped.value.signal_name == "SIGINT" and stopped.value.exit_code == 130
-    assert stopped.value.report.files[0].written_documents == 300 == store.count_documents()
-    resumed = ingest_paths([tickets], store, progress=False, batch_chunks=100)
+    assert stopped.value.report.files[0].written_documents == 300 == store.manifest.count()
+    resumed = ingest_paths([tickets], store, progress=False, options=IngestOptions(batch_chunks=100))
     assert resumed.files[0].written_documents == 700
     assert_same_store(store, clean)
     clean.close()

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "ingestion"))
 from ingestion_helpers import REPO_ROOT, HashEmbedder, snapshot  # noqa: E402
 
 from ingestion.errors import StoreLockedError  # noqa: E402
-from ingestion.pipeline import ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.pipeline import ingest_paths, ingest_run  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 from ingestion.stores.database import SqliteDatabase  # noqa: E402
 
 WORKER = Path(__file__).parent / "fixtures" / "ingestion" / "parallel_worker.py"
@@ -76,7 +76,7 @@ def test_two_processes_ingest_two_folders_at_once_and_equal_a_serial_ingest(tmp_
     store = ChunkStore(tmp_path / "check", embedder=HashEmbedder(), database_url=postgres_url,
                        collection=pg_collection)
     serial = _serial(tmp_path, root, [root / "a", root / "b"], postgres_url, "serial_" + pg_collection)
-    assert store.count_documents() == 48
+    assert store.manifest.count() == 48
     _assert_same(store, serial)
     store.close()
     serial.close()
@@ -122,14 +122,14 @@ def test_pending_rows_are_recovered_only_by_a_run_that_is_alone(tmp_path, postgr
     store, other = ChunkStore(tmp_path / "d1", **kwargs), ChunkStore(tmp_path / "d2", **kwargs)
     assert store.parallel_ingest
     ingest_paths([root / "a"], store, root=root, progress=False)
-    doc_id = store.list_documents()[0][0]["doc_id"]
-    with other.ingest_run(exclusive=False):  # a live run: the row may be its in-flight batch
+    doc_id = store.manifest.page()[0][0]["doc_id"]
+    with ingest_run(other, exclusive=False):  # a live run: the row may be its in-flight batch
         with store.db.transaction():  # what a run between its intent rows and its commit has, or a killed one left
-            store.manifest.add_pending([(doc_id, "write", 1, "a/a-0.jsonl", str(root / "a" / "a-0.jsonl"))])
+            store.manifest.intents.add([(doc_id, "write", 1, "a/a-0.jsonl", str(root / "a" / "a-0.jsonl"))])
         assert ingest_paths([root / "a"], store, root=root, progress=False).recovered_documents == 0
-        assert store.manifest.pending()
+        assert store.manifest.intents.unresolved()
     report = ingest_paths([root / "a"], store, root=root, progress=False)  # alone: a crashed run's row
-    assert report.recovered_documents == 1 and not store.manifest.pending()
+    assert report.recovered_documents == 1 and not store.manifest.intents.unresolved()
     assert report.counts["indexed"] == 1  # the stale document was rewritten
     store.close()
     other.close()
@@ -140,7 +140,7 @@ def test_embedded_chroma_keeps_one_run_at_a_time(tmp_path):
     _tickets(root / "a", "a", n_files=1)
     store = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
     assert not store.parallel_ingest
-    with ChunkStore(tmp_path / "data", embedder=HashEmbedder()).ingest_run(exclusive=False):
+    with ingest_run(ChunkStore(tmp_path / "data", embedder=HashEmbedder()), exclusive=False):
         with pytest.raises(StoreLockedError):
             ingest_paths([root / "a"], store, root=root, progress=False)
     assert ingest_paths([root / "a"], store, root=root, progress=False).counts["indexed"] == 1

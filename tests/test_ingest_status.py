@@ -21,7 +21,7 @@ from copilot.config import Settings
 from copilot.service import CopilotService
 from ingestion.pipeline import ingest_paths
 from ingestion.report import FileReport, IngestReport
-from ingestion.store import ChunkStore
+from ingestion.stores.chunk_store import ChunkStore
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "ingestion"))
 from ingestion_helpers import HashEmbedder  # noqa: E402
@@ -153,11 +153,11 @@ def test_a_store_write_that_fails_marks_the_files_failed_and_keeps_what_was_stor
     # nothing stored before was lost; a run without the limit stores the rest
     store = ChunkStore(data, embedder=embedder)
     try:
-        assert [r["doc_id"] for r in store.list_documents(0, 10)[0]] == ["a.jsonl#A-1"]
+        assert [r["doc_id"] for r in store.manifest.page(0, 10)[0]] == ["a.jsonl#A-1"]
         assert store.lexical_search("scratch", 3)[0].chunk.doc_id == "a.jsonl#A-1"
         again = ingest_paths([corpus], store, progress=False)
         assert again.ok and again.counts["indexed"] == 2 and again.counts["unchanged"] == 1
-        assert store.count_documents() == 3
+        assert store.manifest.count() == 3
     finally:
         store.close()
 
@@ -190,7 +190,7 @@ def test_a_batch_that_failed_before_its_deletions_loses_no_stored_document(tmp_p
         (src / f"{name}.md").write_text(f"# Post-mortem {name}\n\nThe {name} pool was drained and restarted.\n")
     store = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
     ingest_paths([src], store, root=tmp_path / "src", progress=False)
-    before = sorted(r["doc_id"] for r in store.list_documents()[0])
+    before = sorted(r["doc_id"] for r in store.manifest.page()[0])
     assert before == ["site2/a.md#a", "site2/b.md#b"]
 
     def full_disk(*_a, **_k):
@@ -202,8 +202,8 @@ def test_a_batch_that_failed_before_its_deletions_loses_no_stored_document(tmp_p
     store.close()
 
     again = ChunkStore(tmp_path / "data", embedder=HashEmbedder())
-    assert again.recover() and sorted(r["doc_id"] for r in again.list_documents()[0]) == before
-    assert again.lexical_search("pool drained", 5) and again.dense.count() == again.count_chunks() == 2
+    assert again.recover() and sorted(r["doc_id"] for r in again.manifest.page()[0]) == before
+    assert again.lexical_search("pool drained", 5) and again.dense.count() == again.lexical.count() == 2
     report = ingest_paths([src], again, root=src, progress=False)  # with space: the rename goes through
-    assert report.ok and len(again.list_documents()[0]) == 2
-    assert sorted(r["doc_id"] for r in again.list_documents()[0]) == ["a.md#a", "b.md#b"]
+    assert report.ok and len(again.manifest.page()[0]) == 2
+    assert sorted(r["doc_id"] for r in again.manifest.page()[0]) == ["a.md#a", "b.md#b"]

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from copilot.api.app import create_app
 from copilot.config import Settings
 from copilot.service import CopilotService
-from ingestion.store import ChunkStore
+from ingestion.stores.chunk_store import ChunkStore
 from ingestion.uploads import UploadPathError, safe_folder
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "ingestion"))
@@ -76,7 +76,7 @@ def test_an_upload_jobs_answer_names_no_server_folder(client, tmp_path):
 
 
 def test_the_redactor_names_known_folders_and_hides_every_other_server_path():
-    from copilot.api.redact import PathRedactor
+    from copilot.redact import PathRedactor
 
     redact = PathRedactor.of(relative={"<ingest root>": Path("/srv/in")}, named={"<data dir>": Path("/data")}).text
     assert redact("/srv/in/tickets/a.csv failed") == "tickets/a.csv failed"

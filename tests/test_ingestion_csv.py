@@ -19,7 +19,7 @@ from ingestion.loaders import LoaderConfig, load_bytes  # noqa: E402
 from ingestion.loaders.csv_table import choose_delimiter  # noqa: E402
 from ingestion.loaders.jira_csv import parse_comment  # noqa: E402
 from ingestion.pipeline import ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 
 JIRA_EXPORT = FIXTURES / "exports" / "jira_export.csv"
 
@@ -223,6 +223,6 @@ def test_the_pipeline_reports_wrong_width_rows_and_stores_the_others(hash_store,
     assert files["quotes.csv"].documents == 2 and files["quotes.csv"].failed_records == []
     assert files["jira_export.csv"].format == "jira_csv" and files["jira_export.csv"].documents == 4
     assert report.failed_records == 1
-    stored = {r["doc_id"] for r in hash_store.list_documents(0, 100)[0]}
+    stored = {r["doc_id"] for r in hash_store.manifest.page(0, 100)[0]}
     assert stored == {"ggus.csv#GGUS-1", "ggus.csv#GGUS-3", "quotes.csv#GGUS-1", "quotes.csv#GGUS-2",
                       *(f"jira_export.csv#OPS-20{i}" for i in range(1, 5))}

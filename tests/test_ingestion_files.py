@@ -19,7 +19,7 @@ from ingestion_helpers import HashEmbedder  # noqa: E402
 
 from ingestion.pipeline import ingest_paths  # noqa: E402
 from ingestion.report import IngestReport  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 
 #: A run that would block on a FIFO must fail the test, never hang the suite.
 HANG_TIMEOUT_S = 120
@@ -75,7 +75,7 @@ def test_named_pipe_socket_device_and_broken_symlink_are_skipped_never_opened(st
     assert got["zero.log"] == ("skipped", "a character device, not a regular file: never opened")
     assert got["gone.log"][0] == "skipped" and "broken symlink" in got["gone.log"][1]
     assert report.counts["skipped"] == 4 and report.counts["failed"] == 0 and report.ok
-    assert store.count_documents() == 1
+    assert store.manifest.count() == 1
     # named explicitly, a pipe is skipped too (not "no such file")
     report = ingest_bounded([folder / "pipe.log"], store)
     assert [(f.status, f.reason) for f in report.files] == [
@@ -96,8 +96,8 @@ def test_symlinks_are_reported_under_their_own_path(store, tmp_path):
     assert got["a.jsonl"][0] == "indexed"
     assert got["linked.jsonl"][0] == "indexed"
     assert got["0-latest.jsonl"] == ("skipped", "the same file as a.jsonl (symlink)")
-    assert store.get_document_info("linked.jsonl#KB-1") is not None  # its own name, not the target's path
-    assert {r["source"] for r in store.list_documents(0, 10)[0]} == {"a.jsonl", "linked.jsonl"}
+    assert store.manifest.info("linked.jsonl#KB-1") is not None  # its own name, not the target's path
+    assert {r["source"] for r in store.manifest.page(0, 10)[0]} == {"a.jsonl", "linked.jsonl"}
     assert ingest_bounded([folder], store).counts["unchanged"] == 2
 
 
@@ -108,7 +108,7 @@ def test_bad_records_fail_alone_and_never_lose_stored_documents(store, tmp_path)
     good = [{"id": f"KB-{i}", "text": f"runbook {i}: restart dc-pool-0{i}"} for i in (1, 2, 3)]
     records.write_text("".join(json.dumps(r) + "\n" for r in good))
     ingest_bounded([src], store)
-    assert store.count_documents() == 3
+    assert store.manifest.count() == 3
     # KB-2's id blanked, KB-3 edited, a truncated line appended; pruning must not delete KB-2
     edited = [good[0], {**good[1], "id": ""}, {**good[2], "text": "runbook 3: drain first"}]
     records.write_text("".join(json.dumps(r) + "\n" for r in edited) + '{"id": "KB-4", "te')
@@ -119,8 +119,8 @@ def test_bad_records_fail_alone_and_never_lose_stored_documents(store, tmp_path)
                                     {"where": "line 4", "reason": "invalid JSON at column 16: Unterminated string "
                                                                   "starting at"}]
     assert not report.ok and report.failed_records == 2 and report.to_dict()["failed_records"] == 2
-    assert "drain first" in store.get_document_chunks("kb.jsonl#KB-3")[0].text
-    assert store.get_document_info("kb.jsonl#KB-2") is not None  # kept: the bad record may be it
+    assert "drain first" in store.lexical.document_chunks("kb.jsonl#KB-3")[0].text
+    assert store.manifest.info("kb.jsonl#KB-2") is not None  # kept: the bad record may be it
     # the file is parsed again next run, so its bad records are reported again (not "unchanged")
     again = ingest_bounded([src], store, prune=True)
     assert again.files[0].status == "unchanged" and len(again.files[0].failed_records) == 2
@@ -128,7 +128,7 @@ def test_bad_records_fail_alone_and_never_lose_stored_documents(store, tmp_path)
     records.write_text(json.dumps({"id": " ", "text": "x"}) + "\n")
     report = ingest_bounded([src], store, prune=True)
     assert report.files[0].status == "failed" and "no record could be stored" in report.files[0].reason
-    assert store.count_documents() == 3
+    assert store.manifest.count() == 3
 
 
 def test_a_200000_character_csv_field_is_stored_chunked(store, tmp_path):
@@ -140,9 +140,9 @@ def test_a_200000_character_csv_field_is_stored_chunked(store, tmp_path):
                                   f'GGUS-2,FNAL,huge log,open,2026-01-20,,"{huge}"\n')
     report = ingest_bounded([src], store)
     assert report.files[0].status == "indexed" and report.files[0].failed_records == [] and report.ok
-    chunks = store.get_document_chunks("ggus.csv#GGUS-2")
+    chunks = store.lexical.document_chunks("ggus.csv#GGUS-2")
     assert len(chunks) > 10 and "reports ERR4800 " in " ".join(c.text for c in chunks)
-    assert store.get_document_info("ggus.csv#GGUS-1") is not None
+    assert store.manifest.info("ggus.csv#GGUS-1") is not None
 
 
 def test_a_moved_corpus_keeps_its_documents_even_with_prune(store, tmp_path):
@@ -155,5 +155,5 @@ def test_a_moved_corpus_keeps_its_documents_even_with_prune(store, tmp_path):
     shutil.move(str(first), str(moved))
     report = ingest_bounded([moved], store, prune=True)
     assert report.files[0].status == "unchanged" and report.pruned_documents == 0
-    assert store.get_document_info("kb.jsonl#KB-1") is not None
+    assert store.manifest.info("kb.jsonl#KB-1") is not None
     assert ingest_bounded([moved], store, prune=True).documents_deleted == 0

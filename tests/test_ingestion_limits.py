@@ -18,7 +18,7 @@ from ingestion_helpers import HashEmbedder  # noqa: E402
 from ingestion.errors import LimitExceededError, ParseError, RecordLimitError  # noqa: E402
 from ingestion.loaders import limits, load_bytes  # noqa: E402
 from ingestion.pipeline import ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 
 
 def alias_bomb(levels: int) -> bytes:
@@ -182,7 +182,7 @@ def test_alias_bombs_fail_their_files_in_an_ingest_and_the_rest_is_stored(tmp_pa
     store = ChunkStore(tmp_path / "store", embedder=HashEmbedder(), collection="limits-test")
     try:
         assert ingest_paths([src], store, progress=False).files[0].status == "indexed"
-        before = [(c.chunk_id, c.text) for c in store.get_document_chunks("postmortems/lol.md#PM-7")]
+        before = [(c.chunk_id, c.text) for c in store.lexical.document_chunks("postmortems/lol.md#PM-7")]
         bomb.write_bytes(alias_bomb(5))
         (src / "postmortems" / "lol2.md").write_bytes(alias_bomb(7))
         (src / "kb.jsonl").write_text(json.dumps({"id": "KB-1", "text": "drain the pool first"}) + "\n")
@@ -195,7 +195,7 @@ def test_alias_bombs_fail_their_files_in_an_ingest_and_the_rest_is_stored(tmp_pa
             assert files[name].status == "failed"
             assert "front matter" in files[name].reason and "aliases" in files[name].reason
         assert files["kb.jsonl"].status == "indexed" and files["postmortems/fine.md"].status == "indexed"
-        assert [(c.chunk_id, c.text) for c in store.get_document_chunks("postmortems/lol.md#PM-7")] == before
-        assert not any(r["source"] == "postmortems/lol2.md" for r in store.list_documents(0, 100)[0])
+        assert [(c.chunk_id, c.text) for c in store.lexical.document_chunks("postmortems/lol.md#PM-7")] == before
+        assert not any(r["source"] == "postmortems/lol2.md" for r in store.manifest.page(0, 100)[0])
     finally:
         store.close()

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "ingestion"))
 from ingestion_helpers import FIXTURES, REPO_ROOT, copy_corpus, shared_embedder, snapshot  # noqa: E402
 
 from ingestion.pipeline import ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 from ingestion.stores.database import open_database  # noqa: E402
 
 WORKER = FIXTURES / "ingest_worker.py"

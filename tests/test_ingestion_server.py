@@ -17,7 +17,7 @@ from ingestion_helpers import copy_corpus, free_port, shared_embedder, snapshot 
 from ingestion.documents import SearchFilter  # noqa: E402
 from ingestion.errors import StoreError  # noqa: E402
 from ingestion.pipeline import ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 
 STARTUP_TIMEOUT_S = 60.0
 
@@ -73,13 +73,13 @@ def test_ingest_and_search_through_chroma_server(chroma_server, tmp_path):
     assert store.dense.max_batch_size > 0
     report = ingest_paths([corpus / "tickets", corpus / "logbooks"], store, progress=False)
     assert report.counts["indexed"] == 4 and report.counts["failed"] == 0
-    assert store.dense.count() == store.count_chunks() == report.chunks_written
+    assert store.dense.count() == store.lexical.count() == report.chunks_written
 
     # a second client (another API replica) sees the same collection on the server
     import chromadb
 
     other = chromadb.HttpClient(host="127.0.0.1", port=int(url.rsplit(":", 1)[1]))
-    assert other.get_collection("ops-server").count() == store.count_chunks()
+    assert other.get_collection("ops-server").count() == store.lexical.count()
 
     hits = store.dense_search("CVMFS cache too small on worker nodes", 3, SearchFilter(doc_types=("jira",)))
     assert hits and hits[0].chunk.doc_id == "tickets/jira.json#OPS-107"

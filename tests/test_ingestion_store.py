@@ -15,12 +15,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "ingestion"))
 from ingestion_helpers import CORPUS, HashEmbedder, copy_corpus, shared_embedder, snapshot  # noqa: E402
 
+from ingestion.deletion import delete_document  # noqa: E402
 from ingestion.documents import SearchFilter  # noqa: E402
 from ingestion.errors import StoreError, StoreLockedError  # noqa: E402
 from ingestion.ingest_command import run_ingest  # noqa: E402
-from ingestion.pipeline import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, IngestProgress, ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.pipeline import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, IngestOptions, IngestProgress, ingest_paths  # noqa: E402
 from ingestion.stores.chroma_store import ChromaStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 
 ODD_KEYS = ("OPS/12", "OPS:12", "OPS 12", "ops-12#1")
 
@@ -71,15 +72,15 @@ def test_corpus_ingest_report(corpus_run):
     assert by_source["tickets/jira.json"].documents == 3 and by_source["tickets/jira.json"].format == "jira"
     assert by_source["shiftlogs/shift.log"].documents == 2
     n_docs = sum(f.documents for f in report.files)
-    assert store.count_documents() == n_docs == 18
-    assert store.count_chunks() == report.chunks_written == store.dense.count() == sum(f.chunks for f in report.files)
+    assert store.manifest.count() == n_docs == 18
+    assert store.lexical.count() == report.chunks_written == store.dense.count() == sum(f.chunks for f in report.files)
     assert report.chunks_per_s > 0 and report.elapsed_s > 0
     data = json.loads(json.dumps(report.to_dict()))
     assert data["counts"]["indexed"] == 8 and len(data["files"]) == 8
-    rows, total = store.list_documents(0, 5)
+    rows, total = store.manifest.page(0, 5)
     assert total == 18 and len(rows) == 5
     assert set(rows[0]) >= {"doc_id", "source", "title", "doc_type", "n_chunks", "content_hash"}
-    assert store.list_documents(15, 50)[0][-1]["doc_id"] == "tickets/records.jsonl#KB-0002"
+    assert store.manifest.page(15, 50)[0][-1]["doc_id"] == "tickets/records.jsonl#KB-0002"
     store.ping()
 
 
@@ -135,7 +136,7 @@ def test_dense_and_lexical_search_with_filters(corpus_run):
 
 def test_none_and_list_metadata(corpus_run):
     store, _, _ = corpus_run
-    (c108,) = store.get_document_chunks("tickets/jira.json#OPS-108")
+    (c108,) = store.lexical.document_chunks("tickets/jira.json#OPS-108")
     assert c108.metadata["priority"] is None and c108.metadata["labels"] == []
     assert c108.text.startswith("Jira OPS-108 | ARC CE arc02 rejects jobs")
     got = store.dense.collection.get(ids=[c108.chunk_id], include=["metadatas"])
@@ -144,7 +145,7 @@ def test_none_and_list_metadata(corpus_run):
     tagged = store.dense.collection.get(where={"labels": {"$contains": "cvmfs"}}, include=["metadatas"])
     assert {m["doc_id"] for m in tagged["metadatas"]} == {"tickets/jira.json#OPS-107"}
     assert tagged["metadatas"][0]["labels"] == ["cvmfs", "batch"]
-    pm = store.get_document_chunks("postmortems/cvmfs.md#PM-2026-02")[0]
+    pm = store.lexical.document_chunks("postmortems/cvmfs.md#PM-2026-02")[0]
     assert pm.metadata["services"] == ["CVMFS", "HTCondor"] and isinstance(pm.metadata["created_ts"], int)
 
 
@@ -158,10 +159,10 @@ def test_edited_ticket_3_then_4_then_2_chunks(tmp_path):
         path.write_text(jira_ticket(n_paragraphs))
         report = ingest_paths([tmp_path / "src"], store, progress=False)
         assert report.files[0].status == "indexed" and report.files[0].chunks == expected
-        ids = [c.chunk_id for c in store.get_document_chunks(doc_id)]
+        ids = [c.chunk_id for c in store.lexical.document_chunks(doc_id)]
         assert ids == [f"{doc_id}#{i}" for i in range(expected)]
         assert chroma_ids_of(store, doc_id) == sorted(ids)
-        assert store.dense.count() == store.count_chunks() == expected
+        assert store.dense.count() == store.lexical.count() == expected
         assert store.db.query("SELECT COUNT(*) FROM chunks_fts")[0][0] == expected
     assert store.lexical_search("dc-pool-02", 5) == []  # text of the removed paragraph is gone
     assert store.lexical_search("dc-pool-00", 5)[0].chunk.doc_id == doc_id
@@ -174,22 +175,22 @@ def test_special_character_keys_are_four_citable_documents(hash_store, tmp_path)
     (src / "odd.jsonl").write_text("\n".join(json.dumps({"id": k, "text": f"Ticket {k}: tape robot stuck"})
                                              for k in ODD_KEYS))
     ingest_paths([src], hash_store, progress=False)
-    rows, total = hash_store.list_documents()
+    rows, total = hash_store.manifest.page()
     assert total == 4 and {r["doc_id"] for r in rows} == {f"odd.jsonl#{k}" for k in ODD_KEYS}
     for key in ODD_KEYS:
         doc_id = f"odd.jsonl#{key}"
-        (chunk,) = hash_store.get_document_chunks(doc_id)
+        (chunk,) = hash_store.lexical.document_chunks(doc_id)
         assert chunk.chunk_id == f"{doc_id}#0" and chunk.metadata["key"] == key
         flt = SearchFilter(ticket_key=key)
         assert [h.chunk.doc_id for h in hash_store.lexical_search("tape robot", 10, flt)] == [doc_id]
         assert [h.chunk.doc_id for h in hash_store.dense_search("tape robot", 10, flt)] == [doc_id]
-    assert hash_store.delete_document("odd.jsonl#OPS 12") is True
-    assert hash_store.delete_document("odd.jsonl#OPS 12") is False
-    assert hash_store.list_documents()[1] == 3 and hash_store.dense.count() == 3
-    assert hash_store.get_document_chunks("odd.jsonl#OPS 12") == []
+    assert delete_document(hash_store, "odd.jsonl#OPS 12") is True
+    assert delete_document(hash_store, "odd.jsonl#OPS 12") is False
+    assert hash_store.manifest.page()[1] == 3 and hash_store.dense.count() == 3
+    assert hash_store.lexical.document_chunks("odd.jsonl#OPS 12") == []
     # the file still has the entry: the next ingest restores it (the store mirrors its sources)
     report = ingest_paths([src], hash_store, progress=False)
-    assert report.files[0].written_documents == 1 and hash_store.list_documents()[1] == 4
+    assert report.files[0].written_documents == 1 and hash_store.manifest.page()[1] == 4
 
 
 def test_more_chunks_than_chroma_max_batch_size(hash_store, tmp_path, monkeypatch):
@@ -207,8 +208,8 @@ def test_more_chunks_than_chroma_max_batch_size(hash_store, tmp_path, monkeypatc
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(type(hash_store.dense.collection), "upsert", spy)
-    report = ingest_paths([src], hash_store, progress=False, batch_chunks=n + 1)
-    assert report.chunks_written == n == hash_store.dense.count() == hash_store.count_chunks()
+    report = ingest_paths([src], hash_store, progress=False, options=IngestOptions(batch_chunks=n + 1))
+    assert report.chunks_written == n == hash_store.dense.count() == hash_store.lexical.count()
     assert len(sizes) >= 2 and max(sizes) <= max_batch and sum(sizes) == n
     sizes.clear()
     assert ingest_paths([src], hash_store, progress=False).chunks_written == 0 and sizes == []
@@ -254,35 +255,35 @@ def test_bad_files_are_reported_and_never_lose_stored_data(hash_store, tmp_path)
     assert (missing.status, missing.reason) == ("failed", "no such file or directory")
     assert report.counts == {"indexed": 4, "unchanged": 0, "skipped-empty": 2, "skipped": 0, "failed": 4}
     assert not report.ok
-    (chunk,) = hash_store.get_document_chunks("facility.elog#1")
+    (chunk,) = hash_store.lexical.document_chunks("facility.elog#1")
     assert "Hochdruckstörung Verdichter 1, 27°C" in chunk.text and chunk.metadata["author"] == "Jürgen Müller"
     assert hash_store.lexical_search("Hochdruckstörung", 3)[0].chunk.doc_id == "facility.elog#1"
     # a good file that turns bad keeps its stored documents, even with --prune
-    before = hash_store.list_documents(0, 100)
+    before = hash_store.manifest.page(0, 100)
     jira = src / "tickets" / "jira.json"
     jira.write_bytes(jira.read_bytes()[:300])
     report = ingest_paths([src], hash_store, progress=False, prune=True)
     assert {f.source: f.status for f in report.files}["tickets/jira.json"] == "failed"
-    assert hash_store.list_documents(0, 100) == before
+    assert hash_store.manifest.page(0, 100) == before
 
 
 def test_vanished_entries_and_files_need_prune(hash_store, tmp_path):
     src = copy_corpus(tmp_path / "c")
     ingest_paths([src], hash_store, progress=False)
-    n_docs = hash_store.count_documents()
+    n_docs = hash_store.manifest.count()
     (src / "tickets" / "ggus.csv").write_text(
         (CORPUS / "tickets/ggus.csv").read_text().split("\nGGUS-170002")[0] + "\n")
     (src / "misc" / "notes.txt").unlink()
     report = ingest_paths([src], hash_store, progress=False)
     ggus = next(f for f in report.files if f.source == "tickets/ggus.csv")
     assert ggus.status == "unchanged" and ggus.kept_vanished == 1 and ggus.warnings
-    assert hash_store.count_documents() == n_docs
+    assert hash_store.manifest.count() == n_docs
     report = ingest_paths([src], hash_store, progress=False, prune=True)
     assert report.pruned_documents == 1 and report.documents_deleted == 2
-    assert hash_store.count_documents() == n_docs - 2
-    assert hash_store.get_document_chunks("tickets/ggus.csv#GGUS-170002") == []
-    assert hash_store.get_document_chunks("misc/notes.txt#notes.txt") == []
-    assert hash_store.dense.count() == hash_store.count_chunks()
+    assert hash_store.manifest.count() == n_docs - 2
+    assert hash_store.lexical.document_chunks("tickets/ggus.csv#GGUS-170002") == []
+    assert hash_store.lexical.document_chunks("misc/notes.txt#notes.txt") == []
+    assert hash_store.dense.count() == hash_store.lexical.count()
     (src / "tickets" / "records.jsonl").write_text("\n")
     report = ingest_paths([src], hash_store, progress=False, prune=True)
     assert next(f for f in report.files if f.source == "tickets/records.jsonl").deleted_documents == 2
@@ -292,12 +293,12 @@ def test_vanished_entries_and_files_need_prune(hash_store, tmp_path):
 def test_reingest_with_another_root_supersedes_old_ids(hash_store, tmp_path):
     src = copy_corpus(tmp_path / "c")
     ingest_paths([src / "tickets"], hash_store, progress=False, root=src)
-    assert hash_store.list_documents()[0][0]["source"] == "tickets/ggus.csv"
-    n = hash_store.count_documents()
+    assert hash_store.manifest.page()[0][0]["source"] == "tickets/ggus.csv"
+    n = hash_store.manifest.count()
     report = ingest_paths([src / "tickets"], hash_store, progress=False)
     assert {f.source for f in report.files} == {"ggus.csv", "jira.json", "records.jsonl"}
-    assert hash_store.count_documents() == n and hash_store.dense.count() == hash_store.count_chunks()
-    assert {r["source"] for r in hash_store.list_documents(0, 100)[0]} == {"ggus.csv", "jira.json", "records.jsonl"}
+    assert hash_store.manifest.count() == n and hash_store.dense.count() == hash_store.lexical.count()
+    assert {r["source"] for r in hash_store.manifest.page(0, 100)[0]} == {"ggus.csv", "jira.json", "records.jsonl"}
 
 
 def test_interrupted_write_is_recovered_in_process(hash_store, tmp_path, monkeypatch):
@@ -367,7 +368,7 @@ def test_a_held_lock_names_its_holder_and_the_report_is_still_written(tmp_path):
     assert outcome.exit_code == EXIT_LOCKED
     data = json.loads(report_path.read_text())
     assert f"pid {os.getpid()} on host {socket.gethostname()}" in data["error"] and data["files"] == []
-    assert store.count_documents() == 0  # nothing was read or written
+    assert store.manifest.count() == 0  # nothing was read or written
     outcome = run_ingest([src], _settings(tmp_path / "data"), report_file=report_path, progress=False,
                          embedder=HashEmbedder())  # released: the next run goes through
     assert outcome.exit_code == EXIT_OK and json.loads(report_path.read_text())["error"] is None
@@ -388,20 +389,20 @@ def test_odd_metadata_keys_and_values_are_stored(hash_store, tmp_path):
     (src / "odd.jsonl").write_text(json.dumps(record) + "\n")
     report = ingest_paths([src], hash_store, progress=False)
     assert report.counts["indexed"] == 1
-    (chunk,) = hash_store.get_document_chunks("odd.jsonl#R-1")
+    (chunk,) = hash_store.lexical.document_chunks("odd.jsonl#R-1")
     assert chunk.metadata["#tag"] == "x" and chunk.metadata["owner"] is None
     meta = hash_store.dense.collection.get(ids=[chunk.chunk_id], include=["metadatas"])["metadatas"][0]
     assert meta["x_#tag"] == "x" and meta["huge"] == str(2**70) and "score" not in meta and "owner" not in meta
-    assert hash_store.get_chunks([chunk.chunk_id, "nope"]) == {chunk.chunk_id: chunk}
-    info = hash_store.get_document_info("odd.jsonl#R-1")
-    assert info["n_chunks"] == 1 and info["doc_type"] == "jsonl" and hash_store.get_document_info("nope") is None
+    assert hash_store.lexical.get_chunks([chunk.chunk_id, "nope"]) == {chunk.chunk_id: chunk}
+    info = hash_store.manifest.info("odd.jsonl#R-1")
+    assert info["n_chunks"] == 1 and info["doc_type"] == "jsonl" and hash_store.manifest.info("nope") is None
 
 
 def test_same_relative_name_from_two_folders_is_refused_not_overwritten(tmp_path):
     """Two different files that would get the same source name: the second is reported
     failed and the first one's stored document is untouched (no silent data loss)."""
     from ingestion.pipeline import ingest_paths
-    from ingestion.store import ChunkStore
+    from ingestion.stores.chunk_store import ChunkStore
 
     for site, text in (("siteA", "site A: restart the gridftp door"), ("siteB", "site B: drain pool 12")):
         (tmp_path / site).mkdir()
@@ -411,5 +412,5 @@ def test_same_relative_name_from_two_folders_is_refused_not_overwritten(tmp_path
     report = ingest_paths([tmp_path / "siteB"], store, progress=False).to_dict()
     assert report["counts"]["failed"] == 1
     assert "already stored from" in report["files"][0]["reason"]
-    (doc,) = store.list_documents()[0]
-    assert "site A" in store.get_document_chunks(doc["doc_id"])[0].text
+    (doc,) = store.manifest.page()[0]
+    assert "site A" in store.lexical.document_chunks(doc["doc_id"])[0].text

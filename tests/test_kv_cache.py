@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from decoding.kv_cache import PreallocatedCache, crop_cache
+from decoding.kv.cache import PreallocatedCache, crop_cache
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

@@ -1,4 +1,4 @@
-"""The lean (gpt-fast-style) draft of decoding.lean_draft on tiny random Llamas.
+"""The lean (gpt-fast-style) draft of decoding.drafters.lean on tiny random Llamas.
 
 What is checked, all through the one forward the engine drafts with (``model(input_ids,
 cache=PreallocatedCache)``): it computes what the transformers forward of the same weights
@@ -12,24 +12,27 @@ and the calibration report a verdict.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 
-from decoding.draft_model_drafter import DraftModelDrafter
-from decoding.kv_cache import PreallocatedCache, crop_cache
-from decoding.lean_draft import (
+from decoding.backends.models import LoadedModel
+from decoding.drafters.draft_model import DraftModelDrafter
+from decoding.drafters.lean import (
     LeanDraftLoader,
     LeanDraftModel,
+    LeanVariant,
     PackedLinear,
+    PayThresholds,
     build_lean_draft,
     measure_lean_draft,
     quantize_int4_groups,
     quantize_int8_rows,
 )
-from decoding.models import LoadedModel
+from decoding.kv.cache import PreallocatedCache, crop_cache
 
-DENSE = {"quant": "dense", "head": "dense", "act_dtype": torch.float32}
+DENSE = LeanVariant(quant="dense", head="dense", act_dtype=torch.float32)
 
 
 @pytest.fixture
@@ -122,7 +125,7 @@ def test_bad_int4_group_size_is_a_clear_error():
 
 
 def test_dense_lean_forward_matches_transformers(target):
-    lean = LeanDraftModel(target.model, **DENSE)
+    lean = LeanDraftModel(target.model, DENSE)
     ids = _ids(20, lean.vocab_size)
     ref = _hf_logits(target.model, ids)
     cache = PreallocatedCache(4)  # small on purpose: the cache regrows
@@ -137,7 +140,7 @@ def test_dense_lean_forward_matches_transformers(target):
 
 @pytest.mark.parametrize("quant", ["int4", "int8"])
 def test_quantized_lean_forward_matches_transformers_on_the_same_weights(target, quant):
-    lean = LeanDraftModel(target.model, quant=quant)
+    lean = LeanDraftModel(target.model, LeanVariant(quant=quant))
     ref_model = _dequantized_copy(target.model, quant)
     ids = _ids(16, lean.vocab_size, seed=2)
     ref = _hf_logits(ref_model, ids)
@@ -148,7 +151,7 @@ def test_quantized_lean_forward_matches_transformers_on_the_same_weights(target,
 
 
 def test_crop_then_refeed_gives_the_same_logits(target):
-    lean = LeanDraftModel(target.model, quant="int4")
+    lean = LeanDraftModel(target.model, LeanVariant(quant="int4"))
     ids = _ids(12, lean.vocab_size, seed=3)
     cache = PreallocatedCache(2)
     first = _one_by_one(lean, ids, cache)  # one token at a time: the same kernels as below
@@ -161,7 +164,7 @@ def test_crop_then_refeed_gives_the_same_logits(target):
 
 def test_drafting_over_the_target_cache_equals_prefilling(target):
     """The engine's path: the draft attends over the target's own K/V (no prefill of its own)."""
-    lean = LeanDraftModel(target.model, **DENSE)
+    lean = LeanDraftModel(target.model, DENSE)
     ids = _ids(18, lean.vocab_size, seed=4)
     cache = PreallocatedCache(32)
     with torch.inference_mode():
@@ -173,26 +176,26 @@ def test_drafting_over_the_target_cache_equals_prefilling(target):
 
 
 def test_a_draft_with_fewer_layers_keeps_a_cache_of_its_own(target):
-    lean = LeanDraftModel(target.model, **{**DENSE, "layers": 1})
+    lean = LeanDraftModel(target.model, replace(DENSE, layers=1))
     assert lean.config.num_hidden_layers == 1
     drafter = DraftModelDrafter(LoadedModel(lean, target.tokenizer, "lean:1"), target)
     assert not drafter.use_target_cache and drafter.needs_prefill
     with pytest.raises(ValueError, match="layers must be in 1..2"):
-        LeanDraftModel(target.model, layers=3)
+        LeanDraftModel(target.model, LeanVariant(layers=3))
 
 
 def test_trimmed_head_masks_the_ids_it_drops(target):
-    lean = LeanDraftModel(target.model, **{**DENSE, "head_vocab": 40})
-    full = LeanDraftModel(target.model, **DENSE)
+    lean = LeanDraftModel(target.model, replace(DENSE, head_vocab=40))
+    full = LeanDraftModel(target.model, DENSE)
     ids = _ids(6, lean.vocab_size, seed=5)
     a, b = _feed(lean, ids, PreallocatedCache(8))[-1], _feed(full, ids, PreallocatedCache(8))[-1]
     assert torch.isinf(a[40:]).all() and torch.allclose(a[:40], b[:40], atol=1e-5)
     with pytest.raises(ValueError, match="trimmed LM head"):
-        LeanDraftModel(target.model, head="int4", head_vocab=40)
+        LeanDraftModel(target.model, LeanVariant(head="int4", head_vocab=40))
 
 
 def test_the_forward_refuses_a_batch_and_a_missing_cache(target):
-    lean = LeanDraftModel(target.model, **DENSE)
+    lean = LeanDraftModel(target.model, DENSE)
     ids = _ids(4, lean.vocab_size, seed=6)
     with pytest.raises(ValueError, match="one sequence"):
         lean(input_ids=torch.tensor([ids, ids]), cache=PreallocatedCache(4))
@@ -204,7 +207,7 @@ def test_packed_weights_are_cached_on_disk(target, tmp_path, monkeypatch):
     first = build_lean_draft(target, tmp_path)
     files = list(tmp_path.glob("lean-draft-*.pt"))
     assert len(files) == 1
-    import decoding.lean_draft.quantize as quantize
+    import decoding.drafters.lean.quantize as quantize
 
     monkeypatch.setattr(quantize, "quantize_int4_groups", lambda *a, **k: pytest.fail("re-quantized"))
     second = build_lean_draft(target, tmp_path)
@@ -221,12 +224,13 @@ def test_corrupt_cache_file_is_rebuilt(target, tmp_path):
 
 
 def test_calibration_reports_a_verdict_with_numbers(target):
-    lean = LeanDraftModel(target.model, **DENSE)
+    lean = LeanDraftModel(target.model, DENSE)
     prompt = _ids(40, lean.vocab_size, seed=8)
     result = measure_lean_draft(target.model, lean, prompt, answer_tokens=6, repeats=3)
     assert result.agreement == 1.0  # the dense lean copy is the target
     assert result.target_ms > 0 and result.draft_ms > 0 and result.context_tokens == 39
-    refused = measure_lean_draft(target.model, lean, prompt, answer_tokens=4, repeats=3, min_ratio=1e9)
+    refused = measure_lean_draft(target.model, lean, prompt, answer_tokens=4, repeats=3,
+                                 thresholds=PayThresholds(min_ratio=1e9))
     assert refused.accept is False and "does not pay" in refused.reason and "need >= 1000000000.0x" in refused.reason
     with pytest.raises(ValueError, match="at least 2 tokens"):
         measure_lean_draft(target.model, lean, prompt[:1])

@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoding import GenerationConfig, SpeculativeEngine
-from decoding.embedded import QWEN_CODER_05B, SMOLLM2_135M
-from decoding.llamacpp import N_BATCH, available
+from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.backends.embedded import QWEN_CODER_05B, SMOLLM2_135M
+from decoding.backends.llamacpp import N_BATCH, available
+from decoding.core import EngineConfig
 from decoding.logits import effective_settings
 from evals.exactness import library_greedy, seam_greedy
 
@@ -32,15 +33,15 @@ QUESTIONS = ["Which command restarted the dc-pool-07 domain? Quote it in backtic
 
 @pytest.fixture(scope="module")
 def qwen(qwen_gguf_cache):
-    from decoding.models import load_target
+    from decoding.backends.models import LoadOptions, load_target
 
     torch.set_num_threads(2)
-    return load_target(QWEN_CODER_05B.name, backend="llama.cpp", cache_dir=qwen_gguf_cache, n_seq_max=6)
+    return load_target(QWEN_CODER_05B.name, LoadOptions(backend="llama.cpp", cache_dir=qwen_gguf_cache, n_seq_max=6))
 
 
 @pytest.fixture(scope="module")
 def qwen_engine(qwen):
-    return SpeculativeEngine(qwen, max_speculative_tokens=8)
+    return SpeculativeEngine(qwen, config=EngineConfig(max_speculative_tokens=8))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ def test_a_verification_pass_is_bitwise_the_one_token_steps(qwen):
 @pytest.mark.parametrize("mode", ["off", "ngram", "auto"])
 def test_every_mode_equals_the_backends_greedy_solo_and_batched(qwen_engine, references, mode):
     cases = _prompts(qwen_engine.target)
-    config = GenerationConfig(max_new_tokens=32, drafting=mode)
+    config = GenerationConfig(budget=Budget(max_new_tokens=32), speculation=Speculation(drafting=mode))
     cut = references
     assert [qwen_engine.generate(p, config, c).token_ids for p, c in cases] == cut
     batch, got, index = qwen_engine.batch(), {}, {}
@@ -128,8 +129,8 @@ def test_a_newcomer_is_prefilled_a_chunk_per_round_while_the_admitted_stream_dec
     (first, first_ctx), (second, second_ctx) = _prompts(qwen_engine.target)[:2]
     chunks = -(-len(second) // qwen_engine.target.prefill_chunk)
     assert chunks >= 2
-    config = GenerationConfig(max_new_tokens=32)
-    qwen_engine.prefix_cache.clear()  # both prefill their whole prompts
+    config = GenerationConfig(budget=Budget(max_new_tokens=32))
+    qwen_engine.core.prefix_cache.clear()  # both prefill their whole prompts
     batch = qwen_engine.batch()
     a, events = batch.add(first, config, first_ctx)
     out = {id(a): [t for e in events for t in e.token_ids]}
@@ -150,8 +151,9 @@ def test_a_newcomer_is_prefilled_a_chunk_per_round_while_the_admitted_stream_dec
 def test_a_fixed_gamma_copies_long_spans_and_stays_exact(qwen_engine, references):
     prompt, contexts = _prompts(qwen_engine.target)[0]
     want = references[0]
-    result = qwen_engine.generate(prompt, GenerationConfig(max_new_tokens=32, drafting="ngram", fixed_gamma=True,
-                                                           num_speculative_tokens=8), contexts)
+    result = qwen_engine.generate(prompt, GenerationConfig(budget=Budget(max_new_tokens=32),
+                                                           speculation=Speculation(drafting="ngram", mode="fixed",
+                                                                                   num_speculative_tokens=8)), contexts)
     assert result.token_ids == want[:len(result.token_ids)] and result.stats.target_passes < len(result.token_ids)
 
 
@@ -179,7 +181,7 @@ def test_a_prompt_longer_than_one_batch_is_prefilled_in_fixed_chunks(qwen):
 
 
 def test_the_backend_is_chosen_by_the_model_and_device(tmp_path):
-    from decoding.models import resolve_backend
+    from decoding.backends.models import resolve_backend
 
     assert resolve_backend("auto", SMOLLM2_135M.name, "cpu") == "llama.cpp"
     assert resolve_backend("auto", SMOLLM2_135M.name, "cuda") == "torch"
@@ -192,15 +194,15 @@ def test_the_backend_is_chosen_by_the_model_and_device(tmp_path):
 
 
 def test_a_missing_gguf_is_a_load_error(tmp_path):
-    from decoding.embedded import ModelLoadError
-    from decoding.models import load_target
+    from decoding.backends.embedded import ModelLoadError
+    from decoding.backends.models import LoadOptions, load_target
 
     with pytest.raises(ModelLoadError, match="no GGUF file"):
-        load_target(str(tmp_path / "absent.gguf"), backend="llama.cpp", cache_dir=tmp_path)
+        load_target(str(tmp_path / "absent.gguf"), LoadOptions(backend="llama.cpp", cache_dir=tmp_path))
 
 
 def test_derived_drafts_need_a_torch_target(qwen):
-    from decoding.draft_plan import draft_model_plan, load_draft
+    from decoding.drafters.plan import draft_model_plan, load_draft
 
     with pytest.raises(ValueError, match="derived from a torch target"):
         load_draft("derived:int8", qwen, target_model=qwen.name, device="cpu", dtype="auto", cache_dir=".")
@@ -212,6 +214,7 @@ def test_the_openai_client_gets_answers_from_the_llamacpp_target(qwen_engine, sa
     """The product path on this backend: a real uvicorn, the ``openai`` client, a streamed and a
     plain answer to the same question, both the engine's exact greedy answer."""
     import openai
+    from answering import ask
 
     from copilot.api.app import create_app
     from copilot.api.server import ServerThread
@@ -221,7 +224,7 @@ def test_the_openai_client_gets_answers_from_the_llamacpp_target(qwen_engine, sa
     settings = Settings(data_dir=tmp_path, max_new_tokens=24, max_sources=2, _env_file=None)
     service = CopilotService(settings, sample_service.store, qwen_engine)
     question = "What was the resolution of OPS-107?"
-    want = service.answer(service.prepare(service.question(question, max_new_tokens=24)))
+    want = ask(service, question, max_new_tokens=24)
     with ServerThread(create_app(settings, service)) as srv, \
             openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120) as client:
         messages = [{"role": "user", "content": question}]
@@ -240,7 +243,7 @@ def test_copilot_config_says_which_backend_runs_the_target_and_its_draft_plan():
 
     from typer.testing import CliRunner
 
-    from copilot.cli import app
+    from copilot.cli.main import app
 
     env = {"COPILOT_TARGET_MODEL": QWEN_CODER_05B.name, "COPILOT_DEVICE": "cpu"}
     shown = json.loads(CliRunner().invoke(app, ["config"], env={**env, "COPILOT_BACKEND": "auto"}).output)
@@ -256,15 +259,16 @@ def test_an_abandoned_stream_or_batch_gives_its_sequence_back(qwen_engine, refer
     prompt, contexts = _prompts(target)[0]
     free = len(target._free_ids)
     for _ in range(8):  # more than the pool holds: each abandoned request's slot comes back
-        stream = qwen_engine.stream(prompt, GenerationConfig(max_new_tokens=8), contexts)
+        stream = qwen_engine.stream(prompt, GenerationConfig(budget=Budget(max_new_tokens=8)), contexts)
         next(stream)
         stream.close()
         batch = qwen_engine.batch()
-        batch.add(prompt, GenerationConfig(max_new_tokens=8), contexts)
+        batch.add(prompt, GenerationConfig(budget=Budget(max_new_tokens=8)), contexts)
         del batch
         gc.collect()
     assert len(target._free_ids) == free
-    assert qwen_engine.generate(prompt, GenerationConfig(max_new_tokens=32), contexts).token_ids == references[0]
+    config = GenerationConfig(budget=Budget(max_new_tokens=32))
+    assert qwen_engine.generate(prompt, config, contexts).token_ids == references[0]
 
 
 def test_a_pass_past_the_window_is_refused(qwen):
@@ -279,14 +283,14 @@ def test_a_pass_past_the_window_is_refused(qwen):
 
 
 def test_a_corrupt_gguf_is_a_load_error_and_tokenizers_are_cached_per_file(tmp_path, qwen_gguf_cache):
-    from decoding.embedded import ModelLoadError
-    from decoding.llamacpp import embedded_gguf, gguf_tokenizer
-    from decoding.models import load_target
+    from decoding.backends.embedded import ModelLoadError
+    from decoding.backends.llamacpp import embedded_gguf, gguf_tokenizer
+    from decoding.backends.models import LoadOptions, load_target
 
     bad = tmp_path / "x.gguf"
     bad.write_bytes(b"GGUFxxxx")
     with pytest.raises(ModelLoadError, match="cannot read the tokenizer"):
-        load_target(str(bad), backend="llama.cpp", cache_dir=tmp_path)
+        load_target(str(bad), LoadOptions(backend="llama.cpp", cache_dir=tmp_path))
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "model.gguf").symlink_to(embedded_gguf(SMOLLM2_135M, tmp_path))
@@ -300,7 +304,7 @@ def test_a_backend_setting_outside_the_list_and_a_foreign_cache_are_refused(qwen
     from pydantic import ValidationError
 
     from copilot.config import Settings
-    from decoding.kv_cache import PreallocatedCache
+    from decoding.kv.cache import PreallocatedCache
 
     with pytest.raises(ValidationError, match="backend"):
         Settings(_env_file=None, backend="onnx")
@@ -312,13 +316,13 @@ def test_a_prompt_sharing_whole_prefill_chunks_reuses_them_and_stays_exact(qwen_
     """Exact prefix reuse: after a prompt that shares the first chunks of the next one, the next
     one copies those chunks' KV (``llama_memory_seq_cp``) and prefills only the rest; asked again,
     it prefills nothing. Both answers are the backend's greedy, solo and as a batch newcomer."""
-    target, cache = qwen_engine.target, qwen_engine.prefix_cache
+    target, cache = qwen_engine.target, qwen_engine.core.prefix_cache
     prompt, contexts = _prompts(target)[1]
     chunk = target.prefill_chunk
     half = prompt[:len(prompt) // 2]
-    config = GenerationConfig(max_new_tokens=32)
+    config = GenerationConfig(budget=Budget(max_new_tokens=32))
     cache.clear()
-    qwen_engine.generate(half, GenerationConfig(max_new_tokens=2))
+    qwen_engine.generate(half, GenerationConfig(budget=Budget(max_new_tokens=2)))
     shared = qwen_engine.generate(prompt, config, contexts)
     assert shared.stats.prefix_reused_tokens == len(half) // chunk * chunk > 0
     assert shared.token_ids == references[1]
@@ -338,14 +342,15 @@ def test_a_prompt_sharing_whole_prefill_chunks_reuses_them_and_stays_exact(qwen_
 def test_parked_prompts_give_their_sequences_to_new_requests(qwen, qwen_engine, references):
     """Parked KV caches hold sequence slots only while nobody else needs them: a request that
     finds the pool empty evicts the least recently used one, or takes the one it reuses."""
-    engine = SpeculativeEngine(qwen, costs=qwen_engine.costs, max_speculative_tokens=8, prefix_cache_entries=6)
+    engine = SpeculativeEngine(qwen, config=EngineConfig(max_speculative_tokens=8, prefix_cache_entries=6),
+                               costs=qwen_engine.core.costs)
     prompts = _prompts(qwen)
-    config = GenerationConfig(max_new_tokens=4)
+    config = GenerationConfig(budget=Budget(max_new_tokens=4))
     for prompt, contexts in prompts:
         engine.generate(prompt, config, contexts)
     held = [qwen.new_cache(0) for _ in range(len(qwen._free_ids))]  # every free slot taken
     try:
-        assert len(engine.prefix_cache.entries) == len(prompts)
+        assert len(engine.core.prefix_cache.entries) == len(prompts)
         batch = engine.batch()
         batch.add(prompts[2][0], config, prompts[2][1])
         _, _ = batch.add(prompts[1][0], config, prompts[1][1])  # no free slot: evicts, then copies
@@ -356,14 +361,16 @@ def test_parked_prompts_give_their_sequences_to_new_requests(qwen, qwen_engine, 
     finally:
         for c in held:
             qwen.release(c)
-        engine.prefix_cache.clear()
+        engine.core.prefix_cache.clear()
 
 
 def test_prefix_reuse_stays_within_a_history_partition(qwen_engine):
     prompt, contexts = _prompts(qwen_engine.target)[0]
-    qwen_engine.prefix_cache.clear()
-    config = GenerationConfig(max_new_tokens=2, history_partition="team-a")
+    qwen_engine.core.prefix_cache.clear()
+    config = GenerationConfig(budget=Budget(max_new_tokens=2), speculation=Speculation(history_partition="team-a"))
     qwen_engine.generate(prompt, config, contexts)
-    other = qwen_engine.generate(prompt, GenerationConfig(max_new_tokens=2, history_partition="team-b"), contexts)
+    other_config = GenerationConfig(budget=Budget(max_new_tokens=2),
+                                    speculation=Speculation(history_partition="team-b"))
+    other = qwen_engine.generate(prompt, other_config, contexts)
     same = qwen_engine.generate(prompt, config, contexts)
     assert other.stats.prefix_reused_tokens == 0 and same.stats.prefix_reused_tokens == len(prompt)

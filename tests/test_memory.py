@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from decoding.memory import return_freed_memory
+from decoding.backends.memory import return_freed_memory
 
 
 def test_return_freed_memory_runs_on_glibc_and_is_harmless():

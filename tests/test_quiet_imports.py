@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from decoding.quiet import NOISY_LOGGERS, quiet_torchao
+from decoding.backends.quiet import NOISY_LOGGERS, quiet_torchao
 
 NOISE = ("Failed to load", "register_constant", "torchao", "_C_")
 
@@ -31,7 +31,7 @@ def test_quiet_torchao_restores_logger_levels_and_warnings():
 @pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")
 def test_copilot_help_prints_no_torchao_noise():
     copilot = Path(sys.executable).with_name("copilot")
-    cmd = [str(copilot), "--help"] if copilot.exists() else [sys.executable, "-m", "copilot.cli", "--help"]
+    cmd = [str(copilot), "--help"] if copilot.exists() else [sys.executable, "-m", "copilot.cli.main", "--help"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr

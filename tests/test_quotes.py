@@ -1,4 +1,4 @@
-"""Literal checking (copilot/quotes.py): what counts as a literal, where it was found, what is flagged."""
+"""Literal checking (copilot/answer/quotes.py): what counts as a literal, where it was found, what is flagged."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copilot.quotes import Quote, _squash, check_literals, extract_literals
-from copilot.retrieval import Passage
-from copilot.sources import Source
+from copilot.answer.quotes import Quote, _squash, check_literals, extract_literals
+from copilot.search.retrieval import Passage
+from copilot.search.sources import Source
 from ingestion.documents import Chunk
 
 DOC = ("ELOG | MID 2 | Re: dc-pool-07 offline | 2026-01-12\n"

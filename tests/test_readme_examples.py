@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from copilot.answer.assembly import AnswerAssembler
+from copilot.answer.question import GenerationParams, QuestionRequest
 from copilot.config import Settings, default_target
-from copilot.service import AnswerAssembler, CopilotService
+from copilot.service import CopilotService
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: What a right answer to each README question holds: the document, the literal.
@@ -38,10 +40,11 @@ def test_every_readme_question_has_an_expected_answer():
 def default_service(sample_service, tmp_path_factory):
     """The sample store (as ``sample_service`` ingested it) answered by the default target."""
     from decoding import SpeculativeEngine
-    from decoding.models import load_target
+    from decoding.backends.models import LoadOptions, load_target
 
     name = default_target("cpu")
-    target = load_target(name, device="cpu", cache_dir=Settings(_env_file=None).model_cache_dir, n_seq_max=2)
+    target = load_target(name,
+                         LoadOptions(device="cpu", cache_dir=Settings(_env_file=None).model_cache_dir, n_seq_max=2))
     settings = Settings(data_dir=tmp_path_factory.mktemp("readme"), target_model=name, _env_file=None)
     return CopilotService(settings, sample_service.store, SpeculativeEngine(target))
 
@@ -50,7 +53,8 @@ def default_service(sample_service, tmp_path_factory):
 @pytest.mark.parametrize("question", sorted(EXPECTED))
 def test_the_readme_examples_are_answered_with_the_source_and_the_literal(default_service, question):
     doc_id, literal = EXPECTED[question]
-    prepared = default_service.prepare(default_service.question(question, max_new_tokens=64))
+    asked = QuestionRequest(question, generation=GenerationParams(max_new_tokens=64))
+    prepared = default_service.prepare(default_service.question(asked))
     assembler = AnswerAssembler(prepared)
     for event in default_service.stream(prepared):
         assembler.add(event)

@@ -1,4 +1,4 @@
-"""An external model server as the target (``COPILOT_TARGET_URL``, copilot.remote_target), against
+"""An external model server as the target (``COPILOT_TARGET_URL``, copilot.serving.remote_target), against
 real servers started here on 127.0.0.1: our own ``copilot`` app under uvicorn (the embedded
 SmolLM2 target), and llama-cpp-python's own OpenAI server on the embedded Qwen2.5-Coder 0.5B
 GGUF. The answer path — retrieval, the prompt, citations, quotes, "not found" — is ours either
@@ -15,13 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
+from answering import ask as ask_here
 
+from copilot.answer.question import QuestionRequest
 from copilot.api.app import create_app
 from copilot.api.server import ServerThread, free_port
 from copilot.config import Settings
-from copilot.remote_target import RemoteEngine, RemoteTargetError, completion_params, remote_engine
 from copilot.service import CopilotService
-from decoding.config import GenerationConfig, GenerationSettingError
+from copilot.serving.remote_target import RemoteEngine, RemoteTargetError, completion_params, remote_engine
+from decoding.config import Budget, GenerationConfig, GenerationSettingError, Sampling
 from decoding.logits import LogitsSettings
 
 pytestmark = pytest.mark.slow
@@ -35,23 +37,24 @@ def model_server(sample_service, tmp_path_factory):
     """Our own app serving the embedded target: one kind of OpenAI-compatible model server."""
     settings = Settings(data_dir=tmp_path_factory.mktemp("model-server"), max_new_tokens=48, api_keys=[KEY],
                         _env_file=None)
-    with ServerThread(create_app(settings, CopilotService(settings, sample_service.store, sample_service.engine))) \
-            as srv:
+    service = CopilotService(settings, sample_service.store, sample_service.models.engine)
+    with ServerThread(create_app(settings, service)) as srv:
         yield srv
 
 
 def _remote_service(sample_service, url: str, tmp_path, **settings) -> CopilotService:
     settings = Settings(data_dir=tmp_path, max_new_tokens=48, target_url=url, _env_file=None, **settings)
-    engine = RemoteEngine(url, sample_service.engine.target.tokenizer, api_key=KEY, max_retries=0, timeout_s=120)
+    engine = RemoteEngine(url, sample_service.models.engine.target.tokenizer, api_key=KEY, max_retries=0, timeout_s=120)
     return CopilotService(settings, sample_service.store, engine)
 
 
 def test_answers_through_a_model_server_are_the_in_process_answers(sample_service, model_server, tmp_path):
     remote = _remote_service(sample_service, model_server.url + "/v1", tmp_path)
-    assert remote.engine.target.name == "opscopilot" or remote.engine.target.name  # the server's first model
-    assert "model server" in remote.draft_status
-    here = sample_service.ask(QUESTION)
-    there = remote.ask(QUESTION)
+    name = remote.models.engine.target.name
+    assert name == "opscopilot" or name  # the server's first model
+    assert "model server" in remote.models.draft_status
+    here = ask_here(sample_service, QUESTION)
+    there = ask_here(remote, QUESTION)
     assert there.text == here.text and there.text
     assert [s.doc_id for s in there.sources] == [s.doc_id for s in here.sources]
     assert [q.literal for q in there.quotes] == [q.literal for q in here.quotes]
@@ -70,7 +73,7 @@ def test_the_remote_backed_api_serves_concurrent_clients_and_refuses_what_it_can
         with ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(ask, questions))
         for q, a in zip(questions, answers, strict=True):
-            assert a.choices[0].message.content.startswith(sample_service.ask(q).text)
+            assert a.choices[0].message.content.startswith(ask_here(sample_service, q).text)
             assert a.model_extra["sources"]
         with pytest.raises(openai.BadRequestError, match="external model server"):
             client.chat.completions.create(model="opscopilot", messages=[{"role": "user", "content": QUESTION}],
@@ -80,14 +83,15 @@ def test_the_remote_backed_api_serves_concurrent_clients_and_refuses_what_it_can
 def test_an_unreachable_or_failing_server_is_a_clear_error(sample_service, model_server, tmp_path):
     closed = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(RemoteTargetError, match="did not list its models"):
-        RemoteEngine(closed, sample_service.engine.target.tokenizer, max_retries=0, timeout_s=5)
-    engine = RemoteEngine(model_server.url + "/v1", sample_service.engine.target.tokenizer, model="opscopilot",
+        RemoteEngine(closed, sample_service.models.engine.target.tokenizer, max_retries=0, timeout_s=5)
+    engine = RemoteEngine(model_server.url + "/v1", sample_service.models.engine.target.tokenizer, model="opscopilot",
                           api_key="wrong-key", max_retries=0)
     with pytest.raises(RemoteTargetError, match="failed: .*403|failed: .*401"):
-        list(engine.stream([1, 2, 3], GenerationConfig(max_new_tokens=2)))
+        list(engine.stream([1, 2, 3], GenerationConfig(budget=Budget(max_new_tokens=2))))
     with pytest.raises(GenerationSettingError, match="repetition_penalty"):
         completion_params(GenerationConfig(), LogitsSettings(repetition_penalty=1.2))
-    assert completion_params(GenerationConfig(max_new_tokens=5, seed=3, stop_strings=("\n",)), LogitsSettings()) == {
+    assert completion_params(GenerationConfig(budget=Budget(max_new_tokens=5, stop_strings=("\n",)),
+                                              sampling=Sampling(seed=3)), LogitsSettings()) == {
         "max_tokens": 5, "temperature": 0.0, "top_p": 1.0, "seed": 3, "stop": ["\n"]}
 
 
@@ -95,8 +99,8 @@ def test_an_unreachable_or_failing_server_is_a_clear_error(sample_service, model
 def llama_server(tmp_path_factory, qwen_gguf_cache):
     """llama-cpp-python's own OpenAI server on the embedded Qwen2.5-Coder 0.5B GGUF: ``(its base URL,
     the folder holding the GGUF)``."""
-    from decoding.embedded import QWEN_CODER_05B
-    from decoding.llamacpp import available, embedded_gguf
+    from decoding.backends.embedded import QWEN_CODER_05B
+    from decoding.backends.llamacpp import available, embedded_gguf
 
     if not available():
         pytest.skip("llama-cpp-python is not installed (scripts/setup.sh builds it)")
@@ -133,12 +137,12 @@ def _llama_parts(url, cache, model, tmp_path, sample_service) -> tuple:
 
 
 def test_llama_cpps_own_server_answers_with_our_sources_and_quotes(sample_service, llama_server, tmp_path):
-    from decoding.embedded import QWEN_CODER_05B
+    from decoding.backends.embedded import QWEN_CODER_05B
 
     url, cache = llama_server
     service = CopilotService(*_llama_parts(url, cache, QWEN_CODER_05B.name, tmp_path, sample_service))
-    assert service.engine.target.name == "qwen2.5-coder-0.5b" and service.style_name == "quote-lines-3"
-    answer = service.ask("How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?")
+    assert service.models.engine.target.name == "qwen2.5-coder-0.5b" and service.style_name == "quote-lines-3"
+    answer = ask_here(service, "How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?")
     assert answer.text and answer.sources and answer.finish_reason in ("eos", "length")
     assert answer.stats["ttft_ms"] > 0 and answer.stats["new_tokens"] > 0
 
@@ -149,7 +153,7 @@ def _cases(service: CopilotService, questions: list[str]) -> list:
 
     out = []
     for i, q in enumerate(questions):
-        prompt = service.prepare(service.question(q)).prompt
+        prompt = service.prepare(service.question(QuestionRequest(q))).prompt
         out.append(Case(Question(f"q{i}", q, "", ""), prompt.input_ids, prompt.context_ids))
     return out
 
@@ -159,12 +163,12 @@ def test_the_remote_exactness_eval_uses_the_servers_switch_where_it_has_one(samp
     from evals.remote_exactness import remote_exactness_markdown, run_remote_exactness
 
     ours = _remote_service(sample_service, model_server.url + "/v1", tmp_path)
-    result = run_remote_exactness(ours.engine, _cases(ours, [QUESTION]), 16)
+    result = run_remote_exactness(ours.models.engine, _cases(ours, [QUESTION]), 16)
     assert result["switch"] and result["compared"] == ["off", "on"] and result["identical"] == 1
     assert "Identical: **1/1**" in remote_exactness_markdown(result)
     url, cache = llama_server
-    from decoding.embedded import QWEN_CODER_05B
+    from decoding.backends.embedded import QWEN_CODER_05B
 
     llama = CopilotService(*_llama_parts(url, cache, QWEN_CODER_05B.name, tmp_path, sample_service))
-    result = run_remote_exactness(llama.engine, _cases(llama, [QUESTION]), 8)
+    result = run_remote_exactness(llama.models.engine, _cases(llama, [QUESTION]), 8)
     assert not result["switch"] and result["compared"] == ["first", "second"] and result["identical"] == 1

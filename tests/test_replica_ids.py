@@ -14,18 +14,19 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import httpx
 import pytest
 
 from copilot.api.app import create_app
-from copilot.api.jobs import IngestJob, IngestJobManager
 from copilot.api.server import ServerThread
 from copilot.config import Settings
 from copilot.service import CopilotService
-from ingestion.store import ChunkStore
-from ingestion.stores.job_table import JobTable
+from copilot.serving.ingest_jobs import IngestJob, IngestJobManager, JobQueueConfig
+from copilot.serving.job_table import JobTable
+from ingestion.stores.chunk_store import ChunkStore
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "ingestion"))
 from ingestion_helpers import HashEmbedder  # noqa: E402
@@ -87,7 +88,7 @@ def test_a_replica_starting_under_a_live_ones_name_does_not_interrupt_its_job(tm
     table = JobTable(store.db, lease_s=1.0)
     request = {"kind": "path", "files": [], "root": str(tmp_path), "prune": False, "folder": None}
     table.save("live", "running", "vm:8000/7", time.time(), request, {"id": "live"})
-    manager = IngestJobManager(store, tmp_path / "uploads", replica_id="vm:8000/7", lease_s=1.0)
+    manager = IngestJobManager(store, tmp_path / "uploads", JobQueueConfig("vm:8000/7", lease_s=1.0))
     try:
         assert table.get("live").status == "running"  # its owner may well be alive: its lease is fresh
         time.sleep(1.3)  # no heartbeat: the owner is gone
@@ -102,7 +103,7 @@ def _wait(manager: IngestJobManager, job_id: str, statuses: tuple[str, ...], tim
     while (job := manager.get(job_id)).status not in statuses:
         assert time.monotonic() < deadline, job
         time.sleep(0.05)
-    return job.model_dump()
+    return asdict(job)
 
 
 def test_a_job_queued_on_one_replica_waits_for_the_store_and_is_run_by_another(tmp_path):
@@ -110,7 +111,7 @@ def test_a_job_queued_on_one_replica_waits_for_the_store_and_is_run_by_another(t
     _bulk(root / "q", n_files=2, per_file=3)
     files = sorted((root / "q").iterdir())
     stores = [ChunkStore(tmp_path / "data", embedder=HashEmbedder()) for _ in range(2)]
-    a = IngestJobManager(stores[0], tmp_path / "uploads", replica_id="a", ingest_root=root, poll_s=0.2)
+    a = IngestJobManager(stores[0], tmp_path / "uploads", JobQueueConfig("a", ingest_root=root, poll_s=0.2))
     b = None
     try:
         with stores[0].ingest_lock():  # another ingest (a `copilot ingest`, say) holds the store
@@ -119,13 +120,13 @@ def test_a_job_queued_on_one_replica_waits_for_the_store_and_is_run_by_another(t
             waiting = _wait(a, job.id, ("queued",))
             assert any(w.startswith("waited: another ingest is running") for w in waiting["warnings"]), waiting
             a.close()
-            b = IngestJobManager(stores[1], tmp_path / "uploads", replica_id="b", ingest_root=root, poll_s=0.2)
+            b = IngestJobManager(stores[1], tmp_path / "uploads", JobQueueConfig("b", ingest_root=root, poll_s=0.2))
         done = _wait(b, job.id, ("succeeded", "partial", "failed"))
         assert done["status"] == "succeeded" and done["replica"] == "b", done
         assert done["report"]["counts"]["indexed"] == 2
         assert any("taken by replica b from a" in w for w in done["warnings"])
         # both replicas idle: a queue of jobs submitted to b runs to the end
-        a = IngestJobManager(stores[0], tmp_path / "uploads", replica_id="a2", ingest_root=root, poll_s=0.2)
+        a = IngestJobManager(stores[0], tmp_path / "uploads", JobQueueConfig("a2", ingest_root=root, poll_s=0.2))
         jobs = [b.submit(IngestJob(b.new_id(), "path", [f], root / "q")) for f in files]
         for j in jobs:
             assert _wait(b, j.id, ("succeeded", "partial", "failed"))["status"] == "succeeded"

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from copilot.api.schemas import Filters
-from copilot.langchain_retriever import OpsCopilotRetriever
-from copilot.retrieval import named_keys
+from copilot.search.filters import Filters
+from copilot.search.langchain_retriever import OpsCopilotRetriever
+from copilot.search.retrieval import named_keys
 from ingestion.documents import SearchFilter
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ Q = "transfers failing with SRM_AUTHORIZATION_FAILURE, certificate or disk probl
 
 @pytest.fixture(scope="module")
 def retriever(sample_service):
-    return sample_service.retriever
+    return sample_service.searcher.retriever
 
 
 def _ts(day: str) -> int:
@@ -94,7 +94,7 @@ def test_named_key_respects_filters(retriever):
 
 @pytest.mark.parametrize("mode", ["hybrid", "dense", "bm25"])
 def test_top_k_larger_than_the_collection(retriever, sample_service, mode):
-    total = sample_service.store.count_chunks()
+    total = sample_service.store.lexical.count()
     hits = retriever.retrieve("pool", 100, mode=mode)
     assert 0 < len(hits) <= total < 100
     assert [h.n for h in hits] == list(range(1, len(hits) + 1))

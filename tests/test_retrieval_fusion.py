@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from copilot import retrieval
-from copilot.retrieval import BM25_WEIGHT, DENSE_WEIGHT, RRF_K, HybridRetriever, rrf_fuse
+from copilot.search import retrieval
+from copilot.search.retrieval import BM25_WEIGHT, DENSE_WEIGHT, RRF_K, HybridRetriever, rrf_fuse
 from ingestion.documents import Chunk, ScoredChunk, SearchFilter
 
 

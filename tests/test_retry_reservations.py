@@ -7,13 +7,12 @@ whose admission the test holds; the openai SDK's own retries against a real uvic
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import pytest
 
-from copilot.api.reservations import Reservations
-from copilot.api.scheduler import BatchScheduler, InterleavedBatch, Job, QueueFullError
+from copilot.serving.reservations import Reservations
+from copilot.serving.scheduler import BatchScheduler, InterleavedBatch, Job, QueueFullError
 
 
 class Clock:
@@ -51,14 +50,11 @@ def test_reservations_are_bounded():
     assert len(r) == 2 and r.take("a") and r.take("a")
 
 
-LOOP = asyncio.new_event_loop()  # the jobs' consumer loop (never run: nothing is delivered)
-
-
 class HeldJob(Job):
     """A job whose admission waits for ``gate``, then ends without decoding; records the order."""
 
     def __init__(self, name: str, order: list[str], gate: threading.Event) -> None:
-        super().__init__(LOOP)
+        super().__init__()
         self.name, self.order, self.gate = name, order, gate
         self.admitted = threading.Event()
 
@@ -68,7 +64,7 @@ class HeldJob(Job):
         self.gate.wait(10)
         return None
 
-    def emit(self, item) -> None:  # nobody listens in this test
+    def end(self, last) -> None:  # nobody listens in this test
         pass
 
 

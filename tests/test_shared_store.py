@@ -16,13 +16,13 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "ingestion"))
 from ingestion_helpers import REPO_ROOT, copy_corpus, shared_embedder  # noqa: E402
 
 from copilot.config import Settings  # noqa: E402
-from copilot.retrieval import HybridRetriever  # noqa: E402
+from copilot.search.retrieval import HybridRetriever  # noqa: E402
+from copilot.serving.job_table import JobTable  # noqa: E402
 from ingestion.documents import SearchFilter  # noqa: E402
 from ingestion.errors import StoreError  # noqa: E402
 from ingestion.pipeline import ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 from ingestion.stores.database import open_database  # noqa: E402
-from ingestion.stores.job_table import JobTable  # noqa: E402
 
 CLI_TIMEOUT_S = 300
 
@@ -66,7 +66,7 @@ def test_another_process_ingest_is_seen_by_a_running_reader(tmp_path, store_kwar
     assert any(h.chunk.doc_id == "ops.elog#41" for h in reader.lexical_search("dc-pool-14 disabled", 5))
     unfiltered = {h.chunk.doc_id for h in reader.dense_search("pool disabled after restart", 20)}
     assert any(d.startswith("ops.elog#") for d in unfiltered) and any(d.startswith("jira.json#") for d in unfiltered)
-    assert reader.count_chunks() == reader.dense.count()
+    assert reader.lexical.count() == reader.dense.count()
     assert reader.refresh() is False  # nothing changed since
     reader.close()
 
@@ -76,11 +76,11 @@ def test_two_stores_on_one_postgres_see_each_others_writes(tmp_path, postgres_ur
     a = ChunkStore(tmp_path / "a", database_url=postgres_url, collection=pg_collection, embedder=shared_embedder())
     b = ChunkStore(tmp_path / "b", database_url=postgres_url, collection=pg_collection, embedder=shared_embedder())
     ingest_paths([corpus / "tickets"], a, progress=False)
-    assert b.list_documents() == a.list_documents() and b.count_documents() > 0
+    assert b.manifest.page() == a.manifest.page() and b.manifest.count() > 0
     assert b.dense_search("cvmfs cache", 3)[0].chunk.doc_id == a.dense_search("cvmfs cache", 3)[0].chunk.doc_id
     # a second ingest of the same files through the other store changes nothing: one manifest
     assert ingest_paths([corpus / "tickets"], b, progress=False).counts["unchanged"] > 0
-    assert b.count_chunks() == a.count_chunks() == b.dense.count()
+    assert b.lexical.count() == a.lexical.count() == b.dense.count()
     a.close()
     b.close()
 
@@ -103,7 +103,7 @@ def test_hybrid_retrieval_on_the_shared_store_matches_the_embedded_one(tmp_path,
     for question, expected in questions.items():
         for store in (embedded, shared):
             top = list(dict.fromkeys(p.chunk.doc_id for p in HybridRetriever(store).retrieve(question, 6)))[:3]
-            assert expected in top, (question, store.location, top)
+            assert expected in top, (question, store.db.location, top)
     # user syntax never reaches the query parser of either
     for store in (embedded, shared):
         for text in ('"a" OR (', "NOT -- ::", "OPS-107 AND", "'; DROP TABLE chunks; --", "%s %(x)s ?"):
@@ -151,7 +151,7 @@ def test_bad_database_urls_are_clear_errors(tmp_path):
 def test_cli_says_why_the_shared_store_is_unusable(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from copilot.cli import app
+    from copilot.cli.main import app
 
     monkeypatch.setenv("COPILOT_DATA_DIR", str(tmp_path))
     for url, reason in (("mysql://ops:secret@db/ops", "unsupported database URL"),

@@ -18,8 +18,8 @@ from ingestion_helpers import HashEmbedder  # noqa: E402
 from copilot.access import Access  # noqa: E402
 from ingestion.documents import DOC_TYPES, SearchFilter, source_in_folders  # noqa: E402
 from ingestion.pipeline import ingest_paths  # noqa: E402
-from ingestion.store import ChunkStore  # noqa: E402
 from ingestion.stores.chroma_store import ChromaStore, build_where  # noqa: E402
+from ingestion.stores.chunk_store import ChunkStore  # noqa: E402
 from ingestion.stores.database import SqliteDatabase  # noqa: E402
 from ingestion.stores.lexical_index import filter_sql  # noqa: E402
 
@@ -137,10 +137,10 @@ def test_sqlite_and_embedded_chroma_return_k_readable_hits(store):
 
 
 def test_the_document_list_is_filtered_in_the_manifest(store):
-    every, total = store.list_documents(0, 1000)
-    rows, n = store.list_documents(0, 1000, OPS.restrict(None))
+    every, total = store.manifest.page(0, 1000)
+    rows, n = store.manifest.page(0, 1000, OPS.restrict(None))
     assert n == len(rows) == sum(OPS.allows(r) for r in every) < total
-    assert [r["doc_id"] for r in store.list_documents(2, 3, OPS.restrict(None))[0]] == [r["doc_id"] for r in rows[2:5]]
+    assert [r["doc_id"] for r in store.manifest.page(2, 3, OPS.restrict(None))[0]] == [r["doc_id"] for r in rows[2:5]]
 
 
 def test_postgres_and_pgvector_return_k_readable_hits(tmp_path, postgres_url, pg_collection):
@@ -152,7 +152,7 @@ def test_postgres_and_pgvector_return_k_readable_hits(tmp_path, postgres_url, pg
         _check_backends(shared, SEC)
         nothing = SEC.restrict(SearchFilter(source="logbooks/operations.elog"))
         assert shared.dense_search("restart", 5, nothing) == [] == shared.lexical_search("restart", 5, nothing)
-        rows, n = shared.list_documents(0, 1000, SEC.restrict(None))
+        rows, n = shared.manifest.page(0, 1000, SEC.restrict(None))
         assert n == len(rows) > 0 and all(SEC.allows(r) for r in rows)
     finally:
         shared.close()

@@ -413,7 +413,7 @@ def test_open_document_shows_the_document_as_readable_text(live_url, page, sampl
     assert page.url == f"{live_url}/"  # no navigation to the raw JSON
 
     text = dialog.locator(".doc-text").inner_text()
-    chunks = sample_service.store.get_document_chunks(POSTMORTEM)
+    chunks = sample_service.store.lexical.document_chunks(POSTMORTEM)
     assert len(chunks) == 8
     header = chunks[0].text.split("\n", 1)[0]
     assert header not in text  # the header every chunk repeats is not shown

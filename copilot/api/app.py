@@ -7,13 +7,13 @@ import logging
 import os
 import socket
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from copilot.api import errors, logs, openapi
-from copilot.api.jobs import IngestJobManager
 from copilot.api.limits import BodyLimitMiddleware
 from copilot.api.metrics import Metrics, MetricsMiddleware
 from copilot.api.routes import (
@@ -31,11 +31,12 @@ from copilot.api.routes import (
     search,
     ui,
 )
-from copilot.api.scheduler import BatchScheduler, make_batch
 from copilot.api.server import bound_port
 from copilot.config import Settings, get_settings
+from copilot.feedback.ratings import FeedbackTable
 from copilot.service import CopilotService
-from ingestion.stores.feedback_table import FeedbackTable
+from copilot.serving.ingest_jobs import IngestJobManager, JobQueueConfig
+from copilot.serving.scheduler import BatchScheduler, make_batch
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def default_replica_id(port: int) -> str:
     that no two live processes share a name (two replicas on one host, a restart on the same
     port, several workers on one port). A replica never interrupts a job whose owner still
     renews its lease, so a restarted replica finds its old jobs ``interrupted`` once their
-    lease expires (:class:`ingestion.stores.job_table.JobTable`)."""
+    lease expires (:class:`copilot.serving.job_table.JobTable`)."""
     return f"{socket.gethostname()}:{port}/{os.getpid()}"
 
 
@@ -68,7 +69,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
     app_metrics = Metrics()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         logs.configure(settings.log_format)  # here, after uvicorn configured its own loggers
         app.state.settings = settings
         app.state.metrics = app_metrics
@@ -78,25 +79,25 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             await asyncio.to_thread(app.state.service.warm_up)
         else:
             app.state.service = service
-        app.state.scheduler = BatchScheduler(lambda: make_batch(app.state.service.engine), settings.max_batch,
+        app.state.scheduler = BatchScheduler(lambda: make_batch(app.state.service.models.engine), settings.max_batch,
                                              settings.queue_size, settings.retry_after_s)
         app_metrics.bind_queue(lambda: app.state.scheduler.depth, lambda: app.state.scheduler.batch_size,
                                lambda: app.state.scheduler.capacity, lambda: len(app.state.scheduler.reservations))
+        replica_id = settings.replica_id or default_replica_id(bound_port(app) or settings.port)
+        jobs_config = JobQueueConfig(replica_id, ingest_root=settings.ingest_root, lease_s=settings.job_lease_s)
         app.state.ingest_jobs = await asyncio.to_thread(
-            IngestJobManager, app.state.service.store, settings.uploads_dir,
-            replica_id=settings.replica_id or default_replica_id(bound_port(app) or settings.port),
-            ingest_root=settings.ingest_root, lease_s=settings.job_lease_s,
+            IngestJobManager, app.state.service.store, settings.uploads_dir, jobs_config,
             on_finish=lambda job: app_metrics.ingest_jobs.labels(job.status).inc())
         app.state.feedback = await asyncio.to_thread(FeedbackTable, app.state.service.store.db)
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
-                 app.state.service.store.location, app.state.ingest_jobs.replica_id)
+                 app.state.service.store.db.location, app.state.ingest_jobs.replica_id)
         try:
             yield
         finally:
             app.state.ingest_jobs.close()
             app.state.scheduler.close()
             if service is None:  # built here: nothing of it may outlive the app (a thread in torch aborts the exit)
-                app.state.service.stop_background()
+                app.state.service.models.stop_background()
 
     app = FastAPI(title="OpsCopilot", version="0.1.0", lifespan=lifespan,
                   description="Question answering over operations logbooks and tickets, with citations.")

@@ -7,12 +7,14 @@ context already in the prompt. Sampling parameters are those of the chat route.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from copilot.api.openai_schemas import SamplingParams, StreamOptions, UnsupportedParameterError, Usage
-from copilot.api.schemas import Bool, Int, Text
+from copilot.answer.assembly import Answer
+from copilot.api.openai_schemas import SamplingParams, StreamOptions, UnsupportedParameterError, Usage, finish_reason
+from copilot.api.schemas import Bool, Int
+from copilot.search.filters import Text
 
 
 class CompletionRequest(SamplingParams):
@@ -43,10 +45,11 @@ class CompletionRequest(SamplingParams):
         """
         if isinstance(self.prompt, str):
             return [self.prompt]
-        if not self.prompt or not all(isinstance(p, str) for p in self.prompt):
+        prompts = [p for p in self.prompt if isinstance(p, str)]
+        if not prompts or len(prompts) < len(self.prompt):
             raise UnsupportedParameterError("prompt", "prompt: token-id or empty prompts are not supported by this "
                                             "server; send a string or a list of strings")
-        return list(self.prompt)
+        return prompts
 
     def unsupported(self) -> UnsupportedParameterError | None:
         """The first parameter this server cannot honour, as an error naming it (else None)."""
@@ -84,3 +87,13 @@ class Completion(BaseModel):
     system_fingerprint: str | None = None
     choices: list[CompletionChoice]
     usage: Usage | None = None
+
+    @classmethod
+    def from_answers(cls, answers: Sequence[Answer], prompts: Sequence[str] | None, *, id: str, created: int,
+                     model: str, system_fingerprint: str) -> "Completion":
+        """The whole completion of a request's prompts: one choice per answer, its prompt first
+        when ``prompts`` are given (``echo``), the usage summed."""
+        choices = [CompletionChoice(text=(prompts[i] if prompts else "") + a.text, index=i,
+                                    finish_reason=finish_reason(a)) for i, a in enumerate(answers)]
+        return cls(id=id, created=created, model=model, system_fingerprint=system_fingerprint, choices=choices,
+                   usage=Usage.from_answers(*answers))

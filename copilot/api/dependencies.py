@@ -7,23 +7,29 @@ keys, a missing or malformed ``Authorization: Bearer`` header is a 401 and an un
 403, unless the route is open to anonymous readers (``public_reads``): a request without an
 ``Authorization`` header then gets the keys file's ``public`` scope (default: read
 everything); one with a wrong key is still a 403.
+
+Routes take them through the ``Annotated`` aliases at the end (``service: ServiceDep``), as
+the FastAPI full-stack template does.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from copilot.access import FULL_ACCESS, Access, KeyRing
 from copilot.api.errors import ParameterError
-from copilot.api.jobs import IngestJobManager
 from copilot.api.metrics import Metrics
-from copilot.api.scheduler import BatchScheduler
 from copilot.config import Settings
+from copilot.feedback.ratings import FeedbackTable
 from copilot.service import CopilotService
-from ingestion.stores.feedback_table import FeedbackTable
+from copilot.serving.ingest_jobs import IngestJobManager
+from copilot.serving.question_job import QuestionQueue
+from ingestion.embedding import Embedder
+from ingestion.stores.chunk_store import ChunkStore
 
 log = logging.getLogger(__name__)
 _bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_KEYS or the keys file")
@@ -31,32 +37,48 @@ _bearer = HTTPBearer(auto_error=False, description="an API key from COPILOT_API_
 
 def get_settings(request: Request) -> Settings:
     """The app's settings."""
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings  # starlette's State holds untyped attributes
+    return settings
 
 
 def get_service(request: Request) -> CopilotService:
     """The app's service (store, retriever, engine)."""
-    return request.app.state.service
+    service: CopilotService = request.app.state.service
+    return service
 
 
-def get_scheduler(request: Request) -> BatchScheduler:
-    """The batch scheduler (questions queue for it; it owns the model)."""
-    return request.app.state.scheduler
+def get_store(request: Request) -> ChunkStore:
+    """The service's chunk store (reading stored documents)."""
+    return get_service(request).store
+
+
+def get_embedder(request: Request) -> Embedder:
+    """The store's embedding model."""
+    return get_service(request).store.embedder
 
 
 def get_metrics(request: Request) -> Metrics:
     """The app's Prometheus metrics."""
-    return request.app.state.metrics
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+def get_questions(request: Request) -> QuestionQueue:
+    """Where questions are queued and answered (the service, the scheduler, the metrics)."""
+    state = request.app.state
+    return QuestionQueue(state.service, state.scheduler, state.metrics)
 
 
 def get_feedback(request: Request) -> FeedbackTable:
     """The answer ratings (👍/👎) kept in the store's database."""
-    return request.app.state.feedback
+    feedback: FeedbackTable = request.app.state.feedback
+    return feedback
 
 
 def get_ingest_jobs(request: Request) -> IngestJobManager:
     """The ingest job manager."""
-    return request.app.state.ingest_jobs
+    jobs: IngestJobManager = request.app.state.ingest_jobs
+    return jobs
 
 
 def get_keyring(request: Request, settings: Settings = Depends(get_settings)) -> KeyRing:
@@ -146,3 +168,19 @@ def delete_access(access: Access = Depends(require_api_key)) -> Access:
         HTTPException: 401/403 as :func:`require_api_key`; 403 for a key without the right.
     """
     return _with_right(access, access.can_delete, "delete")
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ServiceDep = Annotated[CopilotService, Depends(get_service)]
+StoreDep = Annotated[ChunkStore, Depends(get_store)]
+EmbedderDep = Annotated[Embedder, Depends(get_embedder)]
+QuestionsDep = Annotated[QuestionQueue, Depends(get_questions)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+FeedbackDep = Annotated[FeedbackTable, Depends(get_feedback)]
+IngestJobsDep = Annotated[IngestJobManager, Depends(get_ingest_jobs)]
+#: The caller's access, by what the route does (see the auth dependencies above).
+AskAccess = Annotated[Access, Depends(ask_auth)]
+ReadAccess = Annotated[Access, Depends(read_auth)]
+KeyAccess = Annotated[Access, Depends(require_api_key)]
+IngestAccess = Annotated[Access, Depends(ingest_access)]
+DeleteAccess = Annotated[Access, Depends(delete_access)]

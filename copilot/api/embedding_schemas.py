@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from copilot.api.schemas import Bool, Int, Text
+from copilot.api.schemas import Bool, Int
+from copilot.search.filters import Text
 
 
 class EmbeddingRequest(BaseModel):

@@ -13,6 +13,7 @@ route is OpenAI's 404 ``Invalid URL (POST /v1/...)``. Other paths keep FastAPI's
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import fastapi
@@ -20,9 +21,11 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic_core import ErrorDetails
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
-from copilot.api.redact import PathRedactor
+from copilot.redact import PathRedactor
 
 API_PREFIX = "/v1/"
 
@@ -52,7 +55,8 @@ class ParameterError(fastapi.HTTPException):
 
 def _api(request: Request) -> bool:
     """Whether the request is for ``/v1`` (behind a proxy, after the ASGI ``root_path``)."""
-    path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
+    path: str = request.scope.get("path", "")
+    root: str = request.scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root):]
     return path == API_PREFIX.rstrip("/") or path.startswith(API_PREFIX)
@@ -66,7 +70,7 @@ def _clean(value: object) -> str | int:
     return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def param_name(loc: tuple | list) -> str | None:
+def param_name(loc: Sequence[int | str]) -> str | None:
     """The parameter a validation error's ``loc`` names, as the client wrote it: ``body`` and
     pydantic's validator or type names (``function-after[...]``, ``str``, ``list[...]``) left
     out, e.g. ``("body", "stop", "function-after[_valid_unicode(), str]")`` → ``stop``,
@@ -86,7 +90,7 @@ def param_name(loc: tuple | list) -> str | None:
     return ".".join(parts) or None
 
 
-def _tagged(loc: tuple | list) -> int | None:
+def _tagged(loc: Sequence[int | str]) -> int | None:
     """Index of the first validator or union-member tag in ``loc`` (``None`` without one)."""
     for i, part in enumerate(loc):
         if i and not isinstance(part, int) and (not _FIELD.fullmatch(str(part)) or str(part) in _TYPE_TAGS):
@@ -94,15 +98,15 @@ def _tagged(loc: tuple | list) -> int | None:
     return None
 
 
-def relevant_errors(errors: list[dict]) -> list[dict]:
+def relevant_errors(errors: Sequence[ErrorDetails]) -> list[ErrorDetails]:
     """``errors`` with a union's failed alternatives reduced to the one that got furthest.
 
     A value that fails every member of a union (``stop: str | list[str]`` given a lone
     surrogate) gets one error per member, under the same field; the one with the longest
     ``loc`` (it matched deepest), preferring a value error over a type error, is kept: the
     surrogate, not "Input should be a valid list"."""
-    best: dict[tuple, dict] = {}
-    out: list[dict] = []
+    best: dict[tuple[int | str, ...], ErrorDetails] = {}
+    out: list[ErrorDetails] = []
     for err in errors:
         loc = tuple(err.get("loc", ()))
         at = _tagged(loc)
@@ -128,7 +132,7 @@ _JSON_KINDS = ((bool, "a boolean"), (str, "a string"), (int, "an integer"), (flo
                (dict, "an object"), (type(None), "null"))
 
 
-def _message(err: dict) -> str:
+def _message(err: ErrorDetails) -> str:
     """One error's message, without pydantic's ``Value error,`` prefix; a strict number or flag
     given another JSON type says which (``max_tokens must be an integer, got a string``)."""
     kind = str(err.get("type", ""))
@@ -149,11 +153,11 @@ def _code(error_type: str) -> str:
     return "invalid_value"
 
 
-def _safe_errors(exc: RequestValidationError) -> list[dict]:
+def _safe_errors(exc: RequestValidationError) -> list[dict[str, object]]:
     """Pydantic errors without the offending ``input``/``ctx`` values, which may not be
     JSON-serialisable (NaN, Infinity, lone surrogates), and with ``loc`` naming only the
     section and the fields (no validator or type names)."""
-    out = []
+    out: list[dict[str, object]] = []
     for err in relevant_errors(list(exc.errors())):
         loc = list(err.get("loc", ()))
         param = param_name(loc)
@@ -164,14 +168,14 @@ def _safe_errors(exc: RequestValidationError) -> list[dict]:
     return out
 
 
-def validation_message(errors: list[dict]) -> str:
+def validation_message(errors: Sequence[ErrorDetails]) -> str:
     """Pydantic errors as one line: ``field: message; ...`` (no input values, no URLs; one
     error per union, see :func:`relevant_errors`)."""
     return "; ".join(_message(err) for err in relevant_errors(list(errors))) or "invalid request"
 
 
 def error_body(message: str, status_code: int, param: str | None = None, code: str | None = None,
-               detail: object = None) -> dict:
+               detail: object = None) -> dict[str, object]:
     """An OpenAI-format error body (``type`` and a default ``code`` from the status; ``detail``
     defaults to the message, which is cut at :data:`MAX_MESSAGE` characters)."""
     if len(message) > MAX_MESSAGE:
@@ -196,7 +200,7 @@ def server_paths(request: Request) -> PathRedactor:
     return redactor
 
 
-async def _http_error(request: Request, exc: HTTPException):
+async def _http_error(request: Request, exc: HTTPException) -> Response:
     if not _api(request):
         return await http_exception_handler(request, exc)
     status_code = 400 if exc.status_code == 422 else exc.status_code
@@ -207,17 +211,18 @@ async def _http_error(request: Request, exc: HTTPException):
     return JSONResponse(body, status_code=status_code, headers=getattr(exc, "headers", None))
 
 
-async def _validation_error(request: Request, exc: RequestValidationError):
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
     if not _api(request):
         return await request_validation_exception_handler(request, exc)
     errors = relevant_errors(list(exc.errors()))
-    first = errors[0] if errors else {}
-    body = error_body(validation_message(list(exc.errors())), 400, param_name(first.get("loc", ())),
-                      _code(str(first.get("type", ""))), _safe_errors(exc))
+    loc = errors[0].get("loc", ()) if errors else ()
+    kind = str(errors[0].get("type", "")) if errors else ""
+    body = error_body(validation_message(list(exc.errors())), 400, param_name(loc), _code(kind), _safe_errors(exc))
     return JSONResponse(body, status_code=400)
 
 
 def install(app: FastAPI) -> None:
-    """Register the handlers on ``app``."""
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    """Register the handlers on ``app`` (through FastAPI's decorator: Starlette types a handler as
+    taking any ``Exception``, which a handler of one exception class is not)."""
+    app.exception_handler(HTTPException)(_http_error)
+    app.exception_handler(RequestValidationError)(_validation_error)

@@ -18,6 +18,7 @@ import traceback
 import uuid
 from contextvars import ContextVar
 from datetime import datetime, timezone
+from typing import TextIO
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -89,7 +90,7 @@ class RequestIdMiddleware:
 
 async def _send_500(send: Send, scope: Scope, request_id: str) -> None:
     message = f"internal server error (request id {request_id})"
-    body: dict = {"detail": message}
+    body: dict[str, object] = {"detail": message}
     if str(scope.get("path", "")).startswith(("/v1/chat/", "/v1/models")):
         body["error"] = {"message": message, "type": "server_error", "param": None, "code": None}
     data = json.dumps(body).encode()
@@ -127,7 +128,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=True, default=str)
 
 
-class _StderrHandler(logging.StreamHandler):
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """A stream handler writing to whatever ``sys.stderr`` is at the time of each record
     (test runners swap it), marked so :func:`configure` can replace it."""
 
@@ -135,12 +136,12 @@ class _StderrHandler(logging.StreamHandler):
         super().__init__(sys.stderr)
 
     @property
-    def stream(self):  # noqa: D401 - property
+    def stream(self) -> TextIO:  # noqa: D401 - property
         """The current ``sys.stderr``."""
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:
+    def stream(self, value: TextIO) -> None:
         pass
 
 

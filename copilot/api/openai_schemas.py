@@ -20,23 +20,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from copilot.answer.assembly import Answer
+from copilot.answer.question import GenerationParams
+from copilot.api.knobs import generation_params
 from copilot.api.schemas import (
     SPECULATION_HELP,
     Bool,
     DestructiveOut,
-    Filters,
     Int,
-    JSONObject,
     Number,
     QuoteOut,
     Seed,
     SourceOut,
-    Speculation,
-    Text,
     UnverifiedOut,
-    logits_settings,
-    speculation_settings,
+    trust_fields,
 )
+from copilot.search.filters import Filters, JSONObject, Text
+from decoding.config import SpeculationMode
 
 
 class ContentPart(BaseModel):
@@ -112,7 +112,7 @@ class SamplingParams(BaseModel):
     min_new_tokens: Int | None = Field(None, ge=0)
     bad_words_ids: list[list[Annotated[Int, Field(ge=0)]]] | None = Field(None, max_length=1024)
     suppress_tokens: list[Annotated[Int, Field(ge=0)]] | None = Field(None, max_length=4096)
-    speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
+    speculation: SpeculationMode | None = Field(None, description=SPECULATION_HELP)
     num_speculative_tokens: Int | None = Field(None, ge=1, le=16,
                                                description="γ ceiling per round (default: settings)")
 
@@ -131,11 +131,14 @@ class SamplingParams(BaseModel):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
-    def generation_settings(self) -> dict[str, Any]:
-        """:class:`decoding.config.GenerationConfig` fields for :meth:`CopilotService.question`."""
-        return {"temperature": self.temperature or 0.0, "top_p": self.top_p if self.top_p is not None else 1.0,
-                "top_k": max(self.top_k or 0, 0), "seed": self.seed, "stop_strings": self.stop_strings,
-                **logits_settings(self), **speculation_settings(self)}
+    def generation_params(self, max_new_tokens: int | None) -> GenerationParams:
+        """The generation knobs for :meth:`copilot.service.CopilotService.question` (``top_k`` -1 is 0: off).
+
+        Args:
+            max_new_tokens: the answer budget as the request names it (``max_tokens``, ...).
+        """
+        return generation_params(self, max_new_tokens, None if self.top_k is None else max(self.top_k, 0),
+                                 self.stop_strings)
 
 
 def _refused(param: str, what: str) -> UnsupportedParameterError:
@@ -290,12 +293,24 @@ class Choice(BaseModel):
     logprobs: None = None
 
 
+def finish_reason(answer: Answer) -> Literal["stop", "length"]:
+    """OpenAI's finish reason of an answer: the budget is ``length``, everything else ``stop``
+    (the engine's own reason, e.g. ``repetition``, is in ``stats.finish_reason``)."""
+    return "length" if answer.finish_reason == "length" else "stop"
+
+
 class Usage(BaseModel):
     """Token counts: the prompt (instructions, sources, history, question) and the answer."""
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+
+    @classmethod
+    def from_answers(cls, *answers: Answer) -> "Usage":
+        """The token counts of one answer, or of several summed (one per prompt of a request)."""
+        prompt, completion = sum(a.prompt_tokens for a in answers), sum(a.completion_tokens for a in answers)
+        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
 
 class ChatCompletion(BaseModel):
@@ -317,6 +332,15 @@ class ChatCompletion(BaseModel):
     destructive: list[DestructiveOut] = Field(default_factory=list, description="OpsCopilot extension: "
                                               "destructive commands in the answer")
     stats: dict[str, Any] = Field(description="OpsCopilot extension: decoding statistics")
+
+    @classmethod
+    def from_answer(cls, answer: Answer, content: str, sources: list[SourceOut], *, id: str, created: int,
+                    model: str, system_fingerprint: str) -> "ChatCompletion":
+        """The completion of a finished answer: ``content`` is its text with the sources footer,
+        ``sources`` its sources as shown."""
+        return cls(id=id, created=created, model=model, system_fingerprint=system_fingerprint,
+                   choices=[Choice(message=AssistantMessage(content=content), finish_reason=finish_reason(answer))],
+                   usage=Usage.from_answers(answer), sources=sources, **trust_fields(answer), stats=answer.stats)
 
 
 class Delta(BaseModel):

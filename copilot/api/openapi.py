@@ -1,7 +1,8 @@
 """The OpenAPI document's conventions: streamed responses documented, 400 (not FastAPI's 422)
 for invalid requests.
 
-Routes that stream add :func:`streamed` to their ``responses``; :func:`install` makes the
+Routes document their error statuses with :func:`error_responses` and, when they stream, add
+:func:`streamed` to their ``responses``; :func:`install` makes the
 app's ``/openapi.json`` drop FastAPI's automatic ``422`` entries, since every ``/v1`` route
 answers an invalid request with a 400 in OpenAI's error format (:mod:`copilot.api.errors`).
 """
@@ -12,6 +13,13 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+
+from copilot.api.schemas import ErrorResponse
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses`` entries documenting the error body (:class:`ErrorResponse`) under each of ``codes``."""
+    return {code: {"model": ErrorResponse} for code in codes}
 
 
 def streamed(description: str, example: str) -> dict[int | str, dict[str, Any]]:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from copilot.answer.assembly import Answer
 from copilot.api.openai_schemas import (
     ChatCompletionRequest,
     UnsupportedParameterError,
@@ -22,15 +23,13 @@ from copilot.api.openai_schemas import (
 from copilot.api.schemas import (
     Bool,
     DestructiveOut,
-    Filters,
     Int,
-    JSONObject,
     Number,
     QuoteOut,
     SourceOut,
-    Text,
     UnverifiedOut,
 )
+from copilot.search.filters import Filters, JSONObject, Text
 
 
 class InputText(BaseModel):
@@ -148,6 +147,12 @@ class ResponseUsage(BaseModel):
     output_tokens: int
     output_tokens_details: dict[str, int] = Field(default_factory=lambda: {"reasoning_tokens": 0})
     total_tokens: int
+
+    @classmethod
+    def from_answer(cls, answer: Answer) -> "ResponseUsage":
+        """An answer's token counts."""
+        return cls(input_tokens=answer.prompt_tokens, output_tokens=answer.completion_tokens,
+                   total_tokens=answer.prompt_tokens + answer.completion_tokens)
 
 
 class ResponseObject(BaseModel):

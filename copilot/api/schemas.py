@@ -7,28 +7,23 @@ from typing import Annotated, Any, Collection, Literal
 from urllib.parse import quote
 
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic.json_schema import JsonDict
 
-from copilot.destructive import find_destructive
-from copilot.filters import Filters, JSONObject, Text  # noqa: F401 (re-exported)
-from copilot.sources import Source
+from copilot.access import FULL_ACCESS, Access
+from copilot.answer.assembly import Answer
+from copilot.answer.prompting import ChatTurn
+from copilot.answer.question import QuestionRequest
+from copilot.api.knobs import generation_params
+from copilot.search.destructive import find_destructive
+from copilot.search.filters import Filters, JSONObject, Text
+from copilot.search.sources import Source
+from decoding.config import SpeculationMode
 
-#: How an answer speculates (the output is the same in every mode; only its speed differs).
-Speculation = Literal["adaptive", "off", "fixed", "table"]
+#: A request's ``speculation`` (:data:`decoding.config.SpeculationMode`: the engine's
+#: ``Speculation.mode``, the same values); the output is the same in every mode, only its speed differs.
 SPECULATION_HELP = ("adaptive (default): the cost-aware policy alone, γ from the batch's cost when sharing passes; "
                     "off: no drafting; fixed: the n-gram drafter drafts num_speculative_tokens every round; "
                     "table: γ from a vLLM-style table by batch size")
-_SPECULATION_OVERRIDES: dict[str, dict[str, Any]] = {
-    "adaptive": {"gamma_schedule": "adaptive"}, "off": {"drafting": "off"},
-    "fixed": {"drafting": "ngram", "fixed_gamma": True}, "table": {"gamma_schedule": "table"}}
-
-
-def speculation_settings(body: BaseModel) -> dict[str, Any]:
-    """:class:`decoding.config.GenerationConfig` fields for a request's ``speculation`` and
-    ``num_speculative_tokens`` (unset ones left out)."""
-    out = dict(_SPECULATION_OVERRIDES[body.speculation]) if getattr(body, "speculation", None) else {}
-    if getattr(body, "num_speculative_tokens", None) is not None:
-        out["num_speculative_tokens"] = body.num_speculative_tokens
-    return out
 
 
 #: Request numbers and flags are taken as JSON writes them, never converted: ``"10"``, ``true``
@@ -83,7 +78,7 @@ class AskRequest(BaseModel):
                                                   description="OpenAI logit_bias: {token id: bias in [-100, 100]}")
     frequency_penalty: Number = Field(0.0, ge=-2.0, le=2.0, description="OpenAI frequency penalty")
     presence_penalty: Number = Field(0.0, ge=-2.0, le=2.0, description="OpenAI presence penalty")
-    speculation: Speculation | None = Field(None, description=SPECULATION_HELP)
+    speculation: SpeculationMode | None = Field(None, description=SPECULATION_HELP)
     num_speculative_tokens: Int | None = Field(None, ge=1, le=16,
                                                description="γ ceiling per round (default: settings)")
 
@@ -97,29 +92,12 @@ class AskRequest(BaseModel):
             data = {**data, "max_sources": data["top_k"]}
         return data
 
-    def logits_settings(self) -> dict[str, Any]:
-        """The logits settings for :meth:`CopilotService.generation_config` (unset ones left out)."""
-        return logits_settings(self)
-
-    def speculation_settings(self) -> dict[str, Any]:
-        """The speculation settings for :meth:`CopilotService.generation_config` (unset ones left out)."""
-        return speculation_settings(self)
-
-
-#: Request fields passed through to :class:`decoding.config.GenerationConfig` as they are.
-LOGITS_FIELDS = ("repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "bad_words_ids", "suppress_tokens",
-                 "logit_bias", "frequency_penalty", "presence_penalty")
-
-
-def logits_settings(body: BaseModel) -> dict[str, Any]:
-    """The :data:`LOGITS_FIELDS` a request sets (``None`` and empty ones left out)."""
-    out = {}
-    for name in LOGITS_FIELDS:
-        value = getattr(body, name, None)
-        if value is None or value == {}:
-            continue
-        out[name] = tuple(tuple(v) for v in value) if name == "bad_words_ids" else value
-    return out
+    def question_request(self, access: Access = FULL_ACCESS) -> QuestionRequest:
+        """The request for :meth:`copilot.service.CopilotService.question`, every knob under its own name."""
+        return QuestionRequest(self.question, max_sources=self.max_sources,
+                               flt=self.filters.to_search_filter() if self.filters else None,
+                               history=tuple(ChatTurn(m.role, m.content) for m in self.history), access=access,
+                               generation=generation_params(self, self.max_new_tokens))
 
 
 class ChunkMatch(BaseModel):
@@ -130,7 +108,7 @@ class ChunkMatch(BaseModel):
 
 
 class DestructiveOut(BaseModel):
-    """A destructive command (:mod:`copilot.destructive`) in an evidence line or in the answer:
+    """A destructive command (:mod:`copilot.search.destructive`) in an evidence line or in the answer:
     shown marked; check it before running anything like it."""
 
     command: str = Field(description="the command as written")
@@ -221,6 +199,30 @@ class AskResponse(BaseModel):
     destructive: list[DestructiveOut] = Field(default_factory=list, description="destructive commands in the "
                                               "answer: never run them as they are")
     stats: dict[str, Any]
+
+    @classmethod
+    def from_answer(cls, answer: Answer) -> "AskResponse":
+        """The response for a finished answer."""
+        return cls(**ask_fields(answer))
+
+
+def trust_fields(answer: Answer) -> dict[str, Any]:
+    """An answer's ``quotes``, ``unverified``, ``not_found`` and ``destructive`` (its destructive
+    commands, :mod:`copilot.search.destructive`) as every response carries them (JSON values)."""
+    return {"quotes": [q.to_dict() for q in answer.quotes], "unverified": [u.to_dict() for u in answer.unverified],
+            "not_found": answer.not_found, "destructive": [m.to_dict() for m in find_destructive(answer.text)]}
+
+
+def sources_out(answer: Answer) -> list[SourceOut]:
+    """The API view of an answer's sources, each marked when the answer cites it."""
+    return [SourceOut.from_source(s, answer.cited) for s in answer.sources]
+
+
+def ask_fields(answer: Answer) -> dict[str, Any]:
+    """The :class:`AskResponse` of an answer as JSON values (the data of ``/v1/ask``'s streamed
+    ``done`` event)."""
+    return {"answer": answer.text, "sources": [s.model_dump() for s in sources_out(answer)], "cited": answer.cited,
+            **trust_fields(answer), "stats": answer.stats}
 
 
 class SearchRequest(BaseModel):
@@ -421,7 +423,7 @@ class FeedbackQuote(BaseModel):
     doc_id: Text = Field(min_length=1, max_length=4096)
 
 
-_FEEDBACK_EXAMPLE = {
+_FEEDBACK_EXAMPLE: JsonDict = {
     "rating": "up", "reason": "the exact command, and the right ELOG entry",
     "question": "How was the dc-pool-07 domain restarted once the RAID rebuild had finished?",
     "answer": "It was restarted with `systemctl restart dcache@dc-pool-07Domain.service` [1].",

@@ -15,9 +15,9 @@ import logging
 import socket
 import threading
 import time
-from typing import Any
 
 import uvicorn
+from starlette.types import ASGIApp
 from uvicorn.server import STARTUP_FAILURE
 
 log = logging.getLogger(__name__)
@@ -47,19 +47,19 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def bound_port(app: Any) -> int | None:
+def bound_port(app: object) -> int | None:
     """The port the server running ``app`` bound (set by :func:`serve` and :class:`ServerThread`
     before start-up), or None when another server runs it."""
     return getattr(getattr(app, "state", None), "bound_port", None)
 
 
-def _mark_bound(app: Any, port: int) -> None:
+def _mark_bound(app: object, port: int) -> None:
     state = getattr(app, "state", None)
     if state is not None:
         state.bound_port = port
 
 
-def serve(app: Any, sock: socket.socket, *, root_path: str = "", log_level: str = "info") -> int:
+def serve(app: ASGIApp, sock: socket.socket, *, root_path: str = "", log_level: str = "info") -> int:
     """Serve ``app`` with uvicorn on ``sock`` (from :func:`listen_socket`) until stopped.
 
     Returns:
@@ -90,7 +90,7 @@ class ServerThread:
         RuntimeError: from :meth:`start` when the server did not come up in time.
     """
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, ready_timeout_s: float = 120.0,
+    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int | None = None, ready_timeout_s: float = 120.0,
                  log_level: str = "warning", root_path: str = "") -> None:
         self.host = host
         self.socket = listen_socket(host, port or 0)
@@ -135,5 +135,5 @@ class ServerThread:
     def __enter__(self) -> "ServerThread":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 from ingestion.errors import ParseError, RecordError
 from ingestion.loaders import jira_csv
@@ -122,7 +123,7 @@ def _add_row(builder: DocumentBuilder, record: CsvRecord, names: list[str], mapp
     key = raw_key.strip()
     subject = get("subject") or ""
     description = row[mapped["description"]].strip() if "description" in mapped else ""
-    meta: dict = {
+    meta: dict[str, Any] = {
         "ticket_key": key,
         "title": subject or key,
         "site": get("site"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import PurePosixPath
 
@@ -112,26 +113,37 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
         builder.warnings.append(f"ignored {starts[0]} line(s) before the first $@MID@$ entry")
     logbook = PurePosixPath(source).stem
     bounds = list(zip(starts, starts[1:] + [len(lines)]))
-    entries: list[tuple[str, str, dict[str, str], list[tuple[str, str]], str]] = []
+    entries: list[_Entry] = []
     for start, end in bounds:
-        where = f"line {start + 1}"
-        with builder.record(where):
-            entries.append((where, *_parse_entry(lines, start, end)))
+        with builder.record(f"line {start + 1}"):
+            entries.append(_parse_entry(lines, start, end))
 
     replies_of: dict[str, list[str]] = {}
-    for _, mid, headers, _, _ in entries:
-        parent = clean_str(headers.get("in reply to"))
+    for entry in entries:
+        parent = clean_str(entry.headers.get("in reply to"))
         if parent:
-            replies_of.setdefault(parent, []).append(mid)
+            replies_of.setdefault(parent, []).append(entry.mid)
 
-    for where, mid, headers, order, body in entries:
-        with builder.record(where):
-            _add_entry(builder, source, logbook, config, mid, headers, order, body, replies_of.get(mid, []))
+    for entry in entries:
+        with builder.record(entry.where):
+            _add_entry(builder, logbook, config, entry, replies_of.get(entry.mid, []))
     return builder.result("elog")
 
 
-def _parse_entry(lines: list[str], start: int, end: int) -> tuple[str, dict[str, str], list[tuple[str, str]], str]:
-    """(MID, headers by lower-case name, headers in order, body) of the entry in ``lines[start:end]``.
+@dataclass(frozen=True)
+class _Entry:
+    """One parsed ELOG entry: where it starts (``line N``), its MID, headers by lower-case name,
+    headers in order, body."""
+
+    where: str
+    mid: str
+    headers: dict[str, str]
+    order: list[tuple[str, str]]
+    body: str
+
+
+def _parse_entry(lines: list[str], start: int, end: int) -> _Entry:
+    """The entry in ``lines[start:end]``.
 
     Raises:
         RecordError: no MID, a line that is not ``Name: value`` before the ``====`` line, or no ``====`` line.
@@ -159,19 +171,20 @@ def _parse_entry(lines: list[str], start: int, end: int) -> tuple[str, dict[str,
     body = "\n".join(lines[body_start:end]).strip("\n")
     if headers.get("encoding", "").strip().lower() == "html":
         body = html_to_text(body)
-    return mid, headers, order, body.rstrip()
+    return _Entry(f"line {start + 1}", mid, headers, order, body.rstrip())
 
 
-def _add_entry(builder: DocumentBuilder, source: str, logbook: str, config: LoaderConfig, mid: str,
-               headers: dict[str, str], order: list[tuple[str, str]], body: str, reply_mids: list[str]) -> None:
+def _add_entry(builder: DocumentBuilder, logbook: str, config: LoaderConfig, entry: _Entry,
+               reply_mids: list[str]) -> None:
     """Add one parsed ELOG entry (``reply_mids``: entries of this file that answer it)."""
+    mid, body, source = entry.mid, entry.body, builder.source
     meta: Metadata = {"mid": mid, "logbook": logbook}
-    meta.update(time_fields("created", headers.get("date"), config.tz))
-    for name, value in order:
+    meta.update(time_fields("created", entry.headers.get("date"), config.tz))
+    for name, value in entry.order:
         low = name.lower()
         if low == "date":
             continue
-        key = _KNOWN.get(low, _snake(name))
+        key = _KNOWN.get(low) or _snake(name)
         if key in ("replies", "attachments"):
             meta[key] = as_str_list(value)
         else:

@@ -86,7 +86,7 @@ class _BoundedComposer(Composer):
 _SAFE_BASE: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class StringScalarLoader(_BoundedComposer, _SAFE_BASE):  # type: ignore[misc, valid-type]
+class StringScalarLoader(_BoundedComposer, _SAFE_BASE):
     """PyYAML's safe loader without the implicit int/float/bool/timestamp resolvers, and bounded.
 
     Plain scalars load as the strings written; ``null``, ``~`` and empty values still load as

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+from typing import Any
 
 from ingestion.errors import ParseError
 from ingestion.loaders.base import DocumentBuilder, LoaderConfig, LoadResult, as_str_list, clean_str, scalar_metadata
@@ -54,7 +55,7 @@ def first_heading(body: str) -> str | None:
     return rest.rstrip().rstrip("#").rstrip() or rest[:1]
 
 
-def _pick(front: dict, name: str) -> object:
+def _pick(front: dict[str, Any], name: str) -> object:
     for alias in _ALIASES[name]:
         if alias in front and front[alias] not in (None, ""):
             return front[alias]
@@ -69,7 +70,7 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
         LimitExceededError: the front matter exceeds a bound (e.g. aliases expanding past
             :data:`~ingestion.loaders.limits.MAX_YAML_NODES`); RecordLimitError: the document does.
     """
-    front: dict = {}
+    front: dict[str, Any] = {}
     block, body = split_front_matter(text)
     if block is not None:
         loaded = load_front_matter(block)
@@ -84,7 +85,7 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
     key = clean_str(_pick(front, "key")) or stem
     title = clean_str(_pick(front, "title")) or heading or stem
     used = {alias for aliases in _ALIASES.values() for alias in aliases}
-    meta: dict = {"title": title}
+    meta: dict[str, Any] = {"title": title}
     start = _pick(front, "start")
     meta.update(time_fields("start", start, config.tz))
     meta.update(time_fields("end", _pick(front, "end"), config.tz))
@@ -109,7 +110,7 @@ def load(text: str, source: str, config: LoaderConfig, *, encoding: str | None =
     facts = [f"{label}: {meta[k]}" for label, k in (("Severity", "severity"), ("Status", "status"),
                                                     ("Start", "start"), ("End", "end")) if meta.get(k)]
     if meta["services"]:
-        facts.append("Services: " + ", ".join(meta["services"]))  # type: ignore[arg-type]
+        facts.append("Services: " + ", ".join(meta["services"]))
     text_out = "\n".join(lead + ([" · ".join(facts)] if facts else []))
     text_out = (text_out + "\n\n" + body).strip() if text_out else body
     builder.add(key, text_out, meta)

@@ -400,7 +400,7 @@ def zero_unused_hnsw_slots(segment_dir: Path) -> int:
     if version != 1 or max_elements * per_element != size or used > max_elements:
         log.warning("%s: unknown HNSW file layout; its unused slots are not cleared", segment_dir.name)
         return 0
-    start = used * per_element
+    start = int(used * per_element)
     with open(data, "r+b") as handle:
         handle.seek(start)
         for offset in range(start, size, 1 << 20):

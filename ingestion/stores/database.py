@@ -367,7 +367,7 @@ class PostgresDatabase(Database):
         self.executescript("CREATE TABLE IF NOT EXISTS ingest_lock (id INTEGER PRIMARY KEY, holder TEXT NOT NULL)")
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         try:
-            exclusive = bool(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0])
+            exclusive = bool((conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone() or [0])[0])
             if not exclusive and not (shared and self._wait_shared(conn, key)):
                 row = self.query_one("SELECT holder FROM ingest_lock WHERE id = 1")
                 raise locked_error(self.location, _parse_json(row[0]) if row else {}, describe_holder)
@@ -378,7 +378,7 @@ class PostgresDatabase(Database):
             finally:
                 with contextlib.suppress(Exception):
                     conn.execute("SELECT pg_advisory_unlock_all()")
-                    if conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]:
+                    if (conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone() or [0])[0]:
                         self.execute("DELETE FROM ingest_lock WHERE id = 1")  # the last run out clears it
                     conn.execute("SELECT pg_advisory_unlock_all()")
         finally:

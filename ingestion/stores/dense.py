@@ -26,7 +26,9 @@ class DenseIndex(Protocol):
     :class:`ingestion.stores.chroma_store.ChromaStore` and
     :class:`ingestion.stores.pgvector_store.PgVectorStore`)."""
 
-    max_batch_size: int
+    @property
+    def max_batch_size(self) -> int:
+        """Most records one write sends to the index."""
 
     def upsert(self, ids: Sequence[str], embeddings: np.ndarray, texts: Sequence[str],
                metadatas: Sequence[dict[str, Any]]) -> None:

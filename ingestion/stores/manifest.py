@@ -12,14 +12,16 @@ Tables (same database as the lexical index, SQLite or PostgreSQL, so one transac
   after a crash the affected documents are known (see ``ChunkStore.recover``).
 - ``meta``: key/value settings (schema version, embedding model) and the store's generation
   (a new value, and the writing process, on every committed change; see
-  :meth:`ingestion.store.ChunkStore.refresh`).
+  :meth:`ingestion.stores.chunk_store.ChunkStore.refresh`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ingestion.documents import SearchFilter
@@ -99,24 +101,20 @@ _DOC_UPDATE = ", ".join(f"{c} = excluded.{c}" for c in _DOC_COLS.split(", ")[1:]
 
 
 class Manifest:
-    """Accessors for the manifest tables (writes join the caller's transaction; no commits here)."""
+    """Accessors for the manifest tables (writes join the caller's transaction; no commits here).
+
+    The ``documents`` table is read and written by its methods; the other tables by its attributes
+    :attr:`meta` (:class:`MetaTable`), :attr:`files` (:class:`FileTable`) and :attr:`intents`
+    (:class:`IntentLog`).
+    """
 
     def __init__(self, db: Database) -> None:
         self.db = db
         db.executescript(SCHEMA)
+        self.meta = MetaTable(db)
+        self.files = FileTable(db)
+        self.intents = IntentLog(db)
 
-    # meta
-    def get_meta(self, key: str) -> str | None:
-        """Value stored under ``key`` in ``meta``, or None."""
-        row = self.db.query_one("SELECT value FROM meta WHERE key = ?", (key,))
-        return None if row is None else str(row[0])
-
-    def set_meta(self, key: str, value: str) -> None:
-        """Store ``value`` under ``key`` in ``meta``."""
-        self.db.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
-
-    # documents
     def get(self, doc_ids: Sequence[str]) -> dict[str, DocumentRecord]:
         """Records of these documents (missing ones absent)."""
         out: dict[str, DocumentRecord] = {}
@@ -135,10 +133,28 @@ class Manifest:
             (source, source_abs))
         return [DocumentRecord(*r) for r in rows]
 
-    def with_source_abs(self) -> list[tuple[str, str]]:
-        """(doc_id, source_abs) of every document ingested from a file."""
-        return [(r[0], r[1]) for r in self.db.query(
+    def prunable(self, under: Path | None = None) -> list[str]:
+        """Ids of documents whose source file (absolute path recorded at ingest) no longer exists.
+
+        Args:
+            under: only documents whose recorded file lies under this folder (None: all).
+        """
+        rows = [(r[0], r[1]) for r in self.db.query(
             "SELECT doc_id, source_abs FROM documents WHERE source_abs IS NOT NULL")]
+        if under is not None:
+            folder = Path(os.path.abspath(under))
+            rows = [(doc_id, path) for doc_id, path in rows if Path(path).is_relative_to(folder)]
+        return [doc_id for doc_id, path in rows if not os.path.exists(path)]
+
+    def info(self, doc_id: str) -> dict[str, Any] | None:
+        """The record of a document as a dict (doc_id, source, doc_type, title, key, created_ts,
+        content_hash, n_chunks), or None if unknown."""
+        rec = self.get([doc_id]).get(doc_id)
+        if rec is None:
+            return None
+        return {"doc_id": rec.doc_id, "source": rec.source, "doc_type": rec.doc_type, "title": rec.title,
+                "key": rec.key, "created_ts": rec.created_ts, "content_hash": rec.content_hash,
+                "n_chunks": rec.n_chunks}
 
     def upsert(self, records: Iterable[DocumentRecord]) -> None:
         """Insert or replace document records."""
@@ -164,7 +180,7 @@ class Manifest:
         ingest of a file with their source name replaces them. Returns how many there were."""
         n = int(self.db.query("SELECT COUNT(*) FROM documents WHERE source_abs = ?", (source_abs,))[0][0])
         self.db.execute("UPDATE documents SET source_abs = NULL WHERE source_abs = ?", (source_abs,))
-        self.forget_files(sources_abs=[source_abs])
+        self.files.forget(sources_abs=[source_abs])
         return n
 
     def mark_stale(self, doc_id: str, extent: int) -> None:
@@ -174,9 +190,12 @@ class Manifest:
             "chroma_extent = CASE WHEN chroma_extent > ? THEN chroma_extent ELSE ? END WHERE doc_id = ?",
             (extent, extent, doc_id))
 
-    def page(self, offset: int, limit: int, flt: SearchFilter | None = None) -> tuple[list[dict[str, Any]], int]:
-        """A page of the documents that pass ``flt`` (None: all) ordered by source then doc_id, and
-        how many pass it."""
+    def page(self, offset: int = 0, limit: int = 50,
+             flt: SearchFilter | None = None) -> tuple[list[dict[str, Any]], int]:
+        """A page of the documents that pass ``flt`` (None: all) ordered by source then doc_id
+        (doc_id, source, title, doc_type, n_chunks, content_hash, key, created_ts), and how many
+        pass it. A negative offset or limit counts as 0."""
+        offset, limit = max(0, offset), max(0, limit)
         where, params = filter_sql(flt)
         total = int(self.db.query(f"SELECT COUNT(*) FROM documents c WHERE TRUE{where}", params)[0][0])
         rows = self.db.query(
@@ -194,15 +213,39 @@ class Manifest:
         """Number of documents."""
         return int(self.db.query("SELECT COUNT(*) FROM documents")[0][0])
 
-    # files
-    def get_file(self, source_abs: str) -> FileRecord | None:
+
+
+class MetaTable:
+    """The ``meta`` table: key/value settings and the store's generation."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, key: str) -> str | None:
+        """Value stored under ``key``, or None."""
+        row = self.db.query_one("SELECT value FROM meta WHERE key = ?", (key,))
+        return None if row is None else str(row[0])
+
+    def set(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key``."""
+        self.db.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+
+
+class FileTable:
+    """The ``files`` table: fingerprints of the last complete ingest of each file."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, source_abs: str) -> FileRecord | None:
         """Fingerprint of the last complete ingest of ``source_abs``."""
         row = self.db.query_one(
             "SELECT source_abs, source, sha256, settings_sig, n_documents, n_chunks, format FROM files "
             "WHERE source_abs = ?", (source_abs,))
         return None if row is None else FileRecord(*row)
 
-    def put_files(self, records: Iterable[FileRecord]) -> None:
+    def put(self, records: Iterable[FileRecord]) -> None:
         """Insert or replace file fingerprints."""
         self.db.executemany(
             "INSERT INTO files(source_abs, source, sha256, settings_sig, n_documents, n_chunks, format) "
@@ -212,28 +255,35 @@ class Manifest:
             [(r.source_abs, r.source, r.sha256, r.settings_sig, r.n_documents, r.n_chunks, r.format) for r in records],
         )
 
-    def forget_files(self, sources: Iterable[str] = (), sources_abs: Iterable[str] = ()) -> None:
+    def forget(self, sources: Iterable[str] = (), sources_abs: Iterable[str] = ()) -> None:
         """Drop fingerprints so those files are parsed again on the next run."""
         self.db.executemany("DELETE FROM files WHERE source = ?", [(s,) for s in sources])
         self.db.executemany("DELETE FROM files WHERE source_abs = ?", [(s,) for s in sources_abs])
 
-    def all_files(self) -> list[str]:
+    def paths(self) -> list[str]:
         """Absolute paths of every fingerprinted file."""
         return [r[0] for r in self.db.query("SELECT source_abs FROM files")]
 
-    # pending (write-intent log)
-    def add_pending(self, rows: Iterable[tuple[str, str, int, str | None, str | None]]) -> None:
+
+
+class IntentLog:
+    """The ``pending`` table: the write-intent log (see the module docstring)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(self, rows: Iterable[tuple[str, str, int, str | None, str | None]]) -> None:
         """Record intents ``(doc_id, op 'write'|'delete', extent, source, source_abs)``."""
         self.db.executemany(
             "INSERT INTO pending(doc_id, op, extent, source, source_abs) VALUES (?,?,?,?,?) ON CONFLICT (doc_id) "
             "DO UPDATE SET op = excluded.op, extent = excluded.extent, source = excluded.source, "
             "source_abs = excluded.source_abs", list(rows))
 
-    def clear_pending(self, doc_ids: Iterable[str]) -> None:
+    def clear(self, doc_ids: Iterable[str]) -> None:
         """Remove intents once their outcome is committed."""
         self.db.executemany("DELETE FROM pending WHERE doc_id = ?", [(d,) for d in doc_ids])
 
-    def pending(self) -> list[tuple[str, str, int, str | None, str | None]]:
+    def unresolved(self) -> list[tuple[str, str, int, str | None, str | None]]:
         """Every unresolved intent."""
-        return [tuple(r) for r in self.db.query(  # type: ignore[misc]
+        return [(str(r[0]), str(r[1]), int(r[2]), r[3], r[4]) for r in self.db.query(
             "SELECT doc_id, op, extent, source, source_abs FROM pending ORDER BY doc_id")]

@@ -18,6 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ingestion.errors import StoreError
+
 log = logging.getLogger(__name__)
 
 #: Bytes kept in reserve (8 MiB: room for the WAL of a few deletes and Chroma's segment writes).
@@ -96,6 +98,18 @@ class SpaceReserve:
             self.path.unlink(missing_ok=True)
             return False
         return True
+
+    def require_room(self) -> None:
+        """Refuse an ingest write where the reserve is released and cannot be allocated again:
+        that room is for reading and deleting.
+
+        Raises:
+            StoreError: the disk is full (the message says what to do).
+        """
+        if not self.ensure():
+            raise StoreError(f"the disk under {self.path.parent} is full: database or disk is full (the "
+                             f"{self.size}-byte space reserve for reading and deleting is in use); "
+                             "free space, then re-run")
 
     def release(self) -> int:
         """Delete the reserve; the bytes it freed (0 when there was none)."""

@@ -6,32 +6,26 @@ import json
 import time
 from typing import AsyncIterator
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Request
 from sse_starlette import EventSourceResponse
 
-from copilot.access import Access
 from copilot.api import generation
-from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service
-from copilot.api.generation import GenerationFailedError
-from copilot.api.metrics import Metrics
-from copilot.api.openapi import streamed
-from copilot.api.scheduler import BatchScheduler
-from copilot.api.schemas import AskRequest, AskResponse, ErrorResponse, SourceOut
-from copilot.prompting import ChatTurn
-from copilot.service import CopilotService
+from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep
+from copilot.api.openapi import error_responses, streamed
+from copilot.api.schemas import AskRequest, AskResponse, SourceOut, ask_fields
+from copilot.serving.question_job import GenerationFailedError
 
 router = APIRouter(prefix="/v1", tags=["ask"])
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 413, 500, 503)}
+ERRORS = error_responses(400, 401, 403, 413, 500, 503)
 STREAMED = streamed("one `sources` event, `delta` events, one `done` event (or `error`)",
                     'event: sources\ndata: {"sources": [...]}\n\nevent: delta\ndata: {"text": "Restart"}\n\n'
                     'event: done\ndata: {"answer": "...", "sources": [...], "cited": [1], "stats": {...}}\n\n')
 
 
 @router.post("/ask", response_model=AskResponse, responses={**ERRORS, **STREAMED})
-async def ask(body: AskRequest, request: Request, service: CopilotService = Depends(get_service),
-              scheduler: BatchScheduler = Depends(get_scheduler), metrics: Metrics = Depends(get_metrics),
-              access: Access = Depends(ask_auth)):
+async def ask(body: AskRequest, request: Request, service: ServiceDep, questions: QuestionsDep,
+              access: AskAccess) -> AskResponse | EventSourceResponse:
     """Answer a question from the logbooks and tickets, citing passages as [n].
 
     Sources are documents (one entry each, matched chunks under it) with evidence lines
@@ -54,48 +48,36 @@ async def ask(body: AskRequest, request: Request, service: CopilotService = Depe
     over the prompt budget, 503 queue full (with Retry-After) or no model.
     """
     started = time.perf_counter()
-    question = generation.question(
-        service, body.question, max_sources=body.max_sources, max_new_tokens=body.max_new_tokens,
-        flt=body.filters.to_search_filter() if body.filters else None,
-        history=[ChatTurn(m.role, m.content) for m in body.history], temperature=body.temperature,
-        top_p=body.top_p, seed=body.seed, access=access, **body.logits_settings(), **body.speculation_settings())
-    run = generation.start(request, service, scheduler, metrics, question, endpoint="ask", started=started)
+    question = generation.question(service, body.question_request(access))
+    run = generation.start(request, questions, question, endpoint="ask", started=started)
 
     if body.stream:  # the response starts now: heartbeats flow while the question waits in the queue
-        async def sse():
+        async def sse() -> AsyncIterator[dict[str, str]]:
             try:
-                async for event in _events(run, request):
+                async for event in _events(run):
                     yield event
             finally:
-                run.job.cancel()  # no-op once finished; the client left otherwise
+                run.cancel()  # no-op once finished; the client left otherwise
 
         return EventSourceResponse(sse(), ping=service.settings.heartbeat_s)
 
-    prepared = await run.prepared(request)
-    outcome = await run.complete(request)
-    return AskResponse(answer=outcome.text, sources=_sources_out(prepared.prompt.sources, outcome.cited),
-                       cited=outcome.cited, **outcome.trust(), stats=outcome.stats)
+    await run.prepared()
+    return AskResponse.from_answer(await run.complete())
 
 
-def _sources_out(sources: list, cited: list[int]) -> list[dict]:
-    return [SourceOut.from_source(s, cited).model_dump() for s in sources]
-
-
-async def _events(run: generation.GenerationRun, request: Request) -> AsyncIterator[dict]:
+async def _events(run: generation.HttpRun) -> AsyncIterator[dict[str, str]]:
     """The answer's SSE events: ``sources``, ``delta``s, ``done`` (or ``error``)."""
     try:
-        prepared = await run.prepared(request)
+        prepared = await run.prepared()
     except HTTPException as exc:  # refused while building the prompt (413), or no model
         yield {"event": "error", "data": json.dumps({"detail": exc.detail, "status": exc.status_code})}
         return
-    sources = prepared.prompt.sources
-    yield {"event": "sources", "data": json.dumps({"sources": _sources_out(sources, [])})}
+    sources = [SourceOut.from_source(s).model_dump() for s in prepared.prompt.sources]
+    yield {"event": "sources", "data": json.dumps({"sources": sources})}
     try:
-        async for delta in run.deltas(request, check_disconnect=False):
+        async for delta in run.deltas(check_disconnect=False):
             yield {"event": "delta", "data": json.dumps({"text": delta})}
     except GenerationFailedError as exc:
         yield {"event": "error", "data": json.dumps({"detail": str(exc)})}
         return
-    outcome = run.outcome()
-    yield {"event": "done", "data": json.dumps({"answer": outcome.text, "sources": _sources_out(sources, outcome.cited),
-                                                "cited": outcome.cited, **outcome.trust(), "stats": outcome.stats})}
+    yield {"event": "done", "data": json.dumps(ask_fields(run.answer()))}

@@ -27,41 +27,40 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
 from copilot.access import FULL_ACCESS, Access
+from copilot.answer.assembly import Answer
+from copilot.answer.prompting import ChatTurn
+from copilot.answer.question import Question, QuestionRequest
 from copilot.api import generation
-from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
+from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep, SettingsDep
 from copilot.api.errors import ParameterError, error_body
-from copilot.api.generation import GenerationFailedError
-from copilot.api.metrics import Metrics
 from copilot.api.openai_schemas import (
-    AssistantMessage,
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
-    Choice,
     ChunkChoice,
     Delta,
     Usage,
+    finish_reason,
 )
-from copilot.api.openapi import streamed
+from copilot.api.openapi import error_responses, streamed
 from copilot.api.routes.models import check_model, served_models
-from copilot.api.scheduler import BatchScheduler
-from copilot.api.schemas import ErrorResponse, SourceOut
+from copilot.api.schemas import SourceOut, sources_out, trust_fields
 from copilot.config import Settings
-from copilot.prompting import ChatTurn
-from copilot.question import Question
 from copilot.service import CopilotService
+from copilot.serving.question_job import GenerationFailedError
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["openai"])
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 500, 503)}
+ERRORS = error_responses(400, 401, 403, 404, 413, 500, 503)
 STREAMED = streamed("`chat.completion.chunk` objects (the last with `finish_reason` carries the extensions), "
                     "then `[DONE]`", 'data: {"object": "chat.completion.chunk", "choices": [{"delta": '
                     '{"content": "Restart"}}], ...}\n\ndata: [DONE]\n\n')
@@ -75,12 +74,13 @@ UNVERIFIED_HEADING = "\nNot in the sources — check before running: "
 DESTRUCTIVE_HEADING = "\n⚠ Destructive — do not run: "
 
 
-def sources_footer(sources: list[SourceOut], unverified: list[dict] = (), destructive: list[dict] = ()) -> str:
+def sources_footer(sources: list[SourceOut], unverified: Sequence[Mapping[str, object]] = (),
+                   destructive: Sequence[Mapping[str, object]] = ()) -> str:
     """The footer listing ``sources`` for a message's content (empty without sources): a blank
     line, ``Sources:``, then ``[n] title — source, date`` per source (title, else key, else
     document id; the date when known); then, when the answer states literals found in no
     source, a line ``Not in the sources — check before running: `a`, `b```; then, when the
-    answer (``destructive``: its marks, :mod:`copilot.destructive`) or a source's evidence holds
+    answer (``destructive``: its marks, :mod:`copilot.search.destructive`) or a source's evidence holds
     a destructive command, a line ``⚠ Destructive — do not run: `rm -rf /` [2], …`` (chat
     clients show the content only, so the warning must be in it)."""
     if not sources:
@@ -101,12 +101,13 @@ def sources_footer(sources: list[SourceOut], unverified: list[dict] = (), destru
     return footer
 
 
-def answer_footer(sources: list[SourceOut], outcome: generation.Outcome, settings: Settings) -> str:
+def answer_footer(sources: list[SourceOut], answer: Answer, settings: Settings) -> str:
     """The :func:`sources_footer` of an answer (its unverified literals and destructive commands),
     or empty with ``openai_sources_footer`` off."""
     if not settings.openai_sources_footer:
         return ""
-    return sources_footer(sources, outcome.unverified, outcome.trust()["destructive"])
+    trust = trust_fields(answer)
+    return sources_footer(sources, trust["unverified"], trust["destructive"])
 
 
 def strip_sources_footer(text: str) -> str:
@@ -116,16 +117,6 @@ def strip_sources_footer(text: str) -> str:
         return text
     tail = text[at + len(FOOTER_HEADING):].strip("\n").split("\n")
     return text[:at] if tail and all(_FOOTER_LINE.fullmatch(line) for line in tail) else text
-
-
-def _finish_reason(reason: str) -> str:
-    """Engine reasons → OpenAI's: the budget is ``length``, everything else ``stop`` (the
-    engine's own reason, e.g. ``repetition``, is in ``stats.finish_reason``)."""
-    return "length" if reason == "length" else "stop"
-
-
-def _sources(sources: list, outcome: generation.Outcome) -> list[SourceOut]:
-    return [SourceOut.from_source(s, outcome.cited) for s in sources]
 
 
 def _texts(body: ChatCompletionRequest) -> list[str]:
@@ -162,19 +153,17 @@ def chat_question(body: ChatCompletionRequest, service: CopilotService, names: d
                for m, t in zip(body.messages[:-1], texts) if m.role in ("user", "assistant")]
     if body.user or body.metadata:
         log.info("chat request from user %r, metadata %s", body.user, body.metadata)
-    return generation.question(
-        service, texts[-1], names, mode="rag" if body.use_context else "chat", max_sources=body.max_sources,
-        flt=body.filters.to_search_filter() if body.filters else None,
-        history=history, instructions=body.instructions(), max_new_tokens=body.max_new_tokens,
-        access=access, **body.generation_settings())
+    asked = QuestionRequest(texts[-1], mode="rag" if body.use_context else "chat", max_sources=body.max_sources,
+                            flt=body.filters.to_search_filter() if body.filters else None, history=tuple(history),
+                            instructions=body.instructions(), access=access,
+                            generation=body.generation_params(body.max_new_tokens))
+    return generation.question(service, asked, names)
 
 
 @router.post("/chat/completions", response_model=ChatCompletion, responses={**ERRORS, **STREAMED})
-async def chat_completions(body: ChatCompletionRequest, request: Request,
-                           settings: Settings = Depends(get_settings),
-                           service: CopilotService = Depends(get_service),
-                           scheduler: BatchScheduler = Depends(get_scheduler),
-                           metrics: Metrics = Depends(get_metrics), access: Access = Depends(ask_auth)):
+async def chat_completions(body: ChatCompletionRequest, request: Request, settings: SettingsDep,
+                           service: ServiceDep, questions: QuestionsDep,
+                           access: AskAccess) -> ChatCompletion | EventSourceResponse:
     """Answer the last user message over the logbooks and tickets (OpenAI chat format).
 
     Errors: 400 invalid request or a parameter the server does not implement (``n`` > 1,
@@ -185,31 +174,28 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     started = time.perf_counter()
     names = {"max_new_tokens": body.budget_param, "prompt": "messages"}
     question = chat_question(body, service, names, access)
-    run = generation.start(request, service, scheduler, metrics, question, endpoint="chat", started=started,
-                           params=names)
+    run = generation.start(request, questions, question, endpoint="chat", started=started, params=names)
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model, service.fingerprint)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-        async def sse():  # starts at once: the role chunk, then heartbeats while the question waits
+        # starts at once: the role chunk, then heartbeats while the question waits
+        async def sse() -> AsyncIterator[dict[str, str]]:
             try:
                 yield {"data": reply.chunk(choices=[ChunkChoice(delta=Delta(role="assistant", content=""),
                                                                 finish_reason=None)])}
-                async for item in _answer_chunks(run, request, settings, include_usage, reply.chunk):
+                async for item in _answer_chunks(run, settings, include_usage, reply.chunk):
                     yield item
             finally:
-                run.job.cancel()  # no-op once finished; the client left otherwise
+                run.cancel()  # no-op once finished; the client left otherwise
 
         return EventSourceResponse(sse(), ping=settings.heartbeat_s)
 
-    prepared = await run.prepared(request)
-    outcome = await run.complete(request)
-    out = _sources(prepared.prompt.sources, outcome)
-    content = outcome.text + answer_footer(out, outcome, settings)
-    return ChatCompletion(id=reply.id, created=reply.created, model=body.model, system_fingerprint=reply.fingerprint,
-                          choices=[Choice(message=AssistantMessage(content=content),
-                                          finish_reason=_finish_reason(outcome.finish_reason))],
-                          usage=usage(outcome), sources=out, **outcome.trust(), stats=outcome.stats)
+    await run.prepared()
+    answer = await run.complete()
+    out = sources_out(answer)
+    return ChatCompletion.from_answer(answer, answer.text + answer_footer(out, answer, settings), out, id=reply.id,
+                                      created=reply.created, model=body.model, system_fingerprint=reply.fingerprint)
 
 
 @dataclass(frozen=True)
@@ -233,41 +219,35 @@ class Reply:
         return json.dumps(data)
 
 
-def error_event(exc: HTTPException) -> dict:
+def error_event(exc: HTTPException) -> dict[str, str]:
     """An SSE event carrying an OpenAI error object (a refusal after the stream began)."""
     return {"data": json.dumps(error_body(str(exc.detail), exc.status_code, getattr(exc, "param", None),
                                           getattr(exc, "code", None)))}
 
 
-async def _answer_chunks(run: generation.GenerationRun, request: Request, settings: Settings, include_usage: bool,
-                         chunk: Callable[..., str]) -> AsyncIterator[dict]:
+async def _answer_chunks(run: generation.HttpRun, settings: Settings, include_usage: bool,
+                         chunk: Callable[..., str]) -> AsyncIterator[dict[str, str]]:
     """The streamed answer after the role chunk: content deltas, the sources footer, the final
     chunk with the extensions, usage when asked for, ``[DONE]``; an error object instead when
     the prompt was refused or generation failed."""
     try:
-        prepared = await run.prepared(request)
+        await run.prepared()
     except HTTPException as exc:  # refused while building the prompt (413), or no model
         yield error_event(exc)
         return
     try:
-        async for delta in run.deltas(request, check_disconnect=False):
+        async for delta in run.deltas(check_disconnect=False):
             yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=delta), finish_reason=None)])}
     except GenerationFailedError as exc:
         yield error_event(HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)))
         return
-    outcome = run.outcome()
-    out = _sources(prepared.prompt.sources, outcome)
-    footer = answer_footer(out, outcome, settings)
+    answer = run.answer()
+    out = sources_out(answer)
+    footer = answer_footer(out, answer, settings)
     if footer:
         yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=footer), finish_reason=None)])}
-    yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=_finish_reason(outcome.finish_reason))],
-                         sources=out, **outcome.trust(), stats=outcome.stats)}
+    yield {"data": chunk(choices=[ChunkChoice(delta=Delta(), finish_reason=finish_reason(answer))],
+                         sources=out, **trust_fields(answer), stats=answer.stats)}
     if include_usage:
-        yield {"data": chunk(choices=[], usage=usage(outcome))}
+        yield {"data": chunk(choices=[], usage=Usage.from_answers(answer))}
     yield {"data": "[DONE]"}
-
-
-def usage(outcome: generation.Outcome) -> Usage:
-    """OpenAI's token counts of one answer."""
-    return Usage(prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens,
-                 total_tokens=outcome.prompt_tokens + outcome.completion_tokens)

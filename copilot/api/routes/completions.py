@@ -11,32 +11,41 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import AsyncIterator, TypedDict
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request, status
 from sse_starlette import EventSourceResponse
 
 from copilot.access import FULL_ACCESS, Access
+from copilot.answer.assembly import Answer
+from copilot.answer.question import Question, QuestionRequest
 from copilot.api import generation
 from copilot.api.completion_schemas import Completion, CompletionChoice, CompletionRequest
-from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
+from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep, SettingsDep
 from copilot.api.errors import ParameterError
-from copilot.api.metrics import Metrics
-from copilot.api.openapi import streamed
-from copilot.api.routes.chat import error_event, usage
+from copilot.api.openai_schemas import UnsupportedParameterError, Usage, finish_reason
+from copilot.api.openapi import error_responses, streamed
+from copilot.api.routes.chat import error_event
 from copilot.api.routes.models import check_model, served_models
-from copilot.api.scheduler import BatchScheduler
-from copilot.api.schemas import ErrorResponse
-from copilot.config import Settings
-from copilot.question import Question
 from copilot.service import CopilotService
+from copilot.serving.question_job import GenerationFailedError, QuestionQueue
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 #: The client's names for errors (see :func:`copilot.api.generation.question`).
 NAMES = {"max_new_tokens": "max_tokens", "prompt": "prompt"}
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 500, 503)}
+ERRORS = error_responses(400, 401, 403, 404, 413, 500, 503)
 STREAMED = streamed("`text_completion` chunks (`choices[0].text` is the delta), then `[DONE]`",
                     'data: {"object": "text_completion", "choices": [{"text": " a disk"}], ...}\n\ndata: [DONE]\n\n')
+
+
+class _Head(TypedDict):
+    """The fields every chunk of one completion repeats."""
+
+    id: str
+    created: int
+    model: str
+    system_fingerprint: str
 
 
 def completion_questions(body: CompletionRequest, service: CopilotService,
@@ -51,7 +60,7 @@ def completion_questions(body: CompletionRequest, service: CopilotService,
     if refused is None:
         try:
             prompts = body.prompts()
-        except ValueError as exc:
+        except UnsupportedParameterError as exc:
             refused = exc
     if refused is not None:
         raise ParameterError(status.HTTP_400_BAD_REQUEST, str(refused), refused.param, "unsupported_parameter")
@@ -59,35 +68,29 @@ def completion_questions(body: CompletionRequest, service: CopilotService,
     if len(prompts) > service.settings.max_batch:
         raise ParameterError(status.HTTP_400_BAD_REQUEST, f"prompt: at most {service.settings.max_batch} prompts "
                              f"per request (the batch size), got {len(prompts)}", "prompt", "invalid_value")
-    return [generation.question(service, p, NAMES, mode="completion", max_new_tokens=body.max_tokens,
-                                access=access, **body.generation_settings()) for p in prompts]
+    knobs = body.generation_params(body.max_tokens)
+    return [generation.question(service, QuestionRequest(p, mode="completion", access=access, generation=knobs), NAMES)
+            for p in prompts]
 
 
-def _start_all(request: Request, service: CopilotService, scheduler: BatchScheduler, metrics: Metrics,
-               questions: list[Question], started: float) -> list[generation.GenerationRun]:
+def _start_all(request: Request, queue: QuestionQueue, questions: list[Question],
+               started: float) -> list[generation.HttpRun]:
     """Queue every prompt; when the queue fills part way, cancel those queued (none of the
     request's prompts run) and raise its 503."""
-    runs: list[generation.GenerationRun] = []
+    runs: list[generation.HttpRun] = []
     try:
         for q in questions:
-            runs.append(generation.start(request, service, scheduler, metrics, q, endpoint="completions",
-                                         started=started, params=NAMES))
+            runs.append(generation.start(request, queue, q, endpoint="completions", started=started, params=NAMES))
     except HTTPException:
         for run in runs:
-            run.job.cancel()
+            run.cancel()
         raise
     return runs
 
 
-def _finish(reason: str) -> str:
-    return "length" if reason == "length" else "stop"
-
-
 @router.post("/completions", response_model=Completion, responses={**ERRORS, **STREAMED})
-async def completions(body: CompletionRequest, request: Request, settings: Settings = Depends(get_settings),
-                      service: CopilotService = Depends(get_service),
-                      scheduler: BatchScheduler = Depends(get_scheduler), metrics: Metrics = Depends(get_metrics),
-                      access: Access = Depends(ask_auth)):
+async def completions(body: CompletionRequest, request: Request, settings: SettingsDep, service: ServiceDep,
+                      questions: QuestionsDep, access: AskAccess) -> Completion | EventSourceResponse:
     """Complete the prompt(s) (OpenAI completions format; ``stream`` gives ``text_completion``
     chunks, then ``[DONE]``).
 
@@ -97,46 +100,40 @@ async def completions(body: CompletionRequest, request: Request, settings: Setti
     (with Retry-After).
     """
     started = time.perf_counter()
-    questions = completion_questions(body, service, access)
-    runs = _start_all(request, service, scheduler, metrics, questions, started)
-    head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.model,
-            "system_fingerprint": service.fingerprint}
+    asked = completion_questions(body, service, access)
+    runs = _start_all(request, questions, asked, started)
+    head = _Head(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=body.model,
+                 system_fingerprint=service.fingerprint)
     if body.stream:
-        run, prompt = runs[0], questions[0].text
+        run, prompt = runs[0], asked[0].text
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-        async def sse():
+        async def sse() -> AsyncIterator[dict[str, str]]:
             try:
-                await run.prepared(request)
+                await run.prepared()
                 if body.echo:
                     yield {"data": Completion(**head, choices=[CompletionChoice(text=prompt)]).model_dump_json()}
-                async for delta in run.deltas(request, check_disconnect=False):
+                async for delta in run.deltas(check_disconnect=False):
                     yield {"data": Completion(**head, choices=[CompletionChoice(text=delta)]).model_dump_json()}
-                outcome = run.outcome()
-                choice = CompletionChoice(text="", finish_reason=_finish(outcome.finish_reason))
+                answer = run.answer()
+                choice = CompletionChoice(text="", finish_reason=finish_reason(answer))
                 yield {"data": Completion(**head, choices=[choice]).model_dump_json()}
                 if include_usage:
-                    yield {"data": Completion(**head, choices=[], usage=usage(outcome)).model_dump_json()}
+                    usage = Usage.from_answers(answer)
+                    yield {"data": Completion(**head, choices=[], usage=usage).model_dump_json()}
                 yield {"data": "[DONE]"}
             except HTTPException as exc:  # refused while building the prompt (413)
                 yield error_event(exc)
-            except generation.GenerationFailedError as exc:
+            except GenerationFailedError as exc:
                 yield error_event(HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)))
             finally:
-                run.job.cancel()
+                run.cancel()
 
         return EventSourceResponse(sse(), ping=settings.heartbeat_s)
 
-    async def complete(run: generation.GenerationRun) -> generation.Outcome:
-        await run.prepared(request)
-        return await run.complete(request)
+    async def complete(run: generation.HttpRun) -> Answer:
+        await run.prepared()
+        return await run.complete()
 
-    outcomes = await asyncio.gather(*(complete(r) for r in runs))
-    choices = [CompletionChoice(text=(q.text if body.echo else "") + o.text, index=i,
-                                finish_reason=_finish(o.finish_reason))
-               for i, (q, o) in enumerate(zip(questions, outcomes))]
-    prompt_tokens = sum(o.prompt_tokens for o in outcomes)
-    completion_tokens = sum(o.completion_tokens for o in outcomes)
-    return Completion(**head, choices=choices, usage={"prompt_tokens": prompt_tokens,
-                                                      "completion_tokens": completion_tokens,
-                                                      "total_tokens": prompt_tokens + completion_tokens})
+    answers = await asyncio.gather(*(complete(r) for r in runs))
+    return Completion.from_answers(answers, [q.text for q in asked] if body.echo else None, **head)

@@ -18,42 +18,44 @@ import asyncio
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
 from copilot.access import Access
-from copilot.api.dependencies import delete_access, get_feedback, get_service, read_auth
-from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage, ErrorResponse, Text
+from copilot.api.dependencies import ReadAccess, StoreDep, delete_access, get_feedback, get_service
+from copilot.api.openapi import error_responses
+from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage
+from copilot.deletion import delete_document as delete_stored_document
+from copilot.documents import document_page, readable_document
+from copilot.feedback.ratings import FeedbackTable
+from copilot.search.filters import Text
 from copilot.service import CopilotService
-from ingestion.stores.feedback_table import FeedbackTable
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])
 
 
-_READ_ERRORS = {code: {"model": ErrorResponse} for code in (401, 403)}
+_READ_ERRORS = error_responses(401, 403)
 
 
 @router.get("", response_model=DocumentPage, responses=_READ_ERRORS)
 async def list_documents(offset: int = Query(0, ge=0, le=2**63 - 1, description="documents to skip"),
                          limit: int = Query(50, ge=1, le=1000, description="page size"),
-                         service: CopilotService = Depends(get_service),
-                         access: Access = Depends(read_auth)) -> DocumentPage:
+                         *, store: StoreDep, access: ReadAccess) -> DocumentPage:
     """A page of the stored documents the key may read, ordered by source then id, with their count."""
-    rows, total = await asyncio.to_thread(service.store.list_documents, offset, limit, access.restrict(None))
+    rows, total = await asyncio.to_thread(document_page, store, offset, limit, access)
     return DocumentPage(total=total, offset=offset, limit=limit, documents=[DocumentOut.from_row(r) for r in rows])
 
 
 @router.get("/{doc_id:path}", response_model=DocumentDetail,
-            responses={**_READ_ERRORS, 404: {"model": ErrorResponse}})
-async def get_document(doc_id: Text, service: CopilotService = Depends(get_service),
-                       access: Access = Depends(read_auth)) -> DocumentDetail:
+            responses=error_responses(401, 403, 404))
+async def get_document(doc_id: Text, store: StoreDep, access: ReadAccess) -> DocumentDetail:
     """One document with its chunks (404 if unknown, or outside the key's scope)."""
-    info = await asyncio.to_thread(service.store.get_document_info, doc_id)
-    if info is None or not access.allows(info):
+    document = await asyncio.to_thread(readable_document, store, doc_id, access)
+    if document is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
-    chunks = await asyncio.to_thread(service.store.get_document_chunks, doc_id)
-    base = DocumentOut.from_row(info)
-    return DocumentDetail(**base.model_dump(), chunks=[ChunkOut(chunk_id=c.chunk_id, text=c.text) for c in chunks])
+    base = DocumentOut.from_row(document.info)
+    return DocumentDetail(**base.model_dump(),
+                          chunks=[ChunkOut(chunk_id=c.chunk_id, text=c.text) for c in document.chunks])
 
 
 @router.delete("/{doc_id:path}", response_model=DeleteResponse,
-               responses={code: {"model": ErrorResponse} for code in (401, 403, 404)})
+               responses=error_responses(401, 403, 404))
 async def delete_document(doc_id: Text, service: CopilotService = Depends(get_service),
                           access: Access = Depends(delete_access),
                           feedback: FeedbackTable = Depends(get_feedback)) -> DeleteResponse:
@@ -64,15 +66,11 @@ async def delete_document(doc_id: Text, service: CopilotService = Depends(get_se
     the engine's answer history; an uploaded file it came from is removed (its other documents
     stay stored); a server-side file is left alone, and re-ingesting it brings it back.
     """
-    info = await asyncio.to_thread(service.store.get_document_info, doc_id)
+    info = await asyncio.to_thread(service.store.manifest.info, doc_id)
     if info is None or not access.allows(info):
         raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
-    # earlier answers may quote it: ratings that showed it go first (the store's purge below then
-    # clears their bytes too), and the engine's answer history is dropped
-    await asyncio.to_thread(feedback.forget_document, doc_id)
-    if service.engine is not None:
-        service.engine.history.clear()
-    if not await asyncio.to_thread(service.store.delete_document, doc_id, uploads_dir=service.settings.uploads_dir):
+    if not await asyncio.to_thread(delete_stored_document, service.store, feedback, doc_id,
+                                   uploads_dir=service.settings.uploads_dir, history=service.models.answer_history):
         raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
     return DeleteResponse(deleted=doc_id, chunks=int(info.get("n_chunks") or 0))
 

@@ -21,13 +21,13 @@ async def healthz() -> HealthResponse:
 
 
 @router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
-async def readyz(service: CopilotService = Depends(get_service)):
+async def readyz(service: CopilotService = Depends(get_service)) -> ReadyResponse | JSONResponse:
     """Model loaded and store reachable (its database and dense index answer); 503 otherwise."""
-    model_loaded = service.engine is not None
+    model_loaded = service.models.engine is not None
 
     def probe() -> int:
         service.store.ping()
-        return service.store.count_chunks()
+        return service.store.lexical.count()
 
     try:
         chunks = await asyncio.to_thread(probe)
@@ -38,5 +38,6 @@ async def readyz(service: CopilotService = Depends(get_service)):
         detail = "no target model is loaded" + (f"; {detail}" if detail else "")
     ready = model_loaded and reachable
     body = ReadyResponse(status="ready" if ready else "not ready", model_loaded=model_loaded,
-                         store_reachable=reachable, chunks=chunks, detail=detail, draft_model=service.draft_status)
+                         store_reachable=reachable, chunks=chunks, detail=detail,
+                         draft_model=service.models.draft_status)
     return body if ready else JSONResponse(body.model_dump(), status_code=503)

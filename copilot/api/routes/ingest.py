@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+from dataclasses import asdict
+from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
@@ -36,9 +38,25 @@ from starlette.datastructures import UploadFile
 
 from copilot.access import Access
 from copilot.api.dependencies import get_ingest_jobs, get_settings, ingest_access
-from copilot.api.jobs import IngestJob, IngestJobManager, PathRejectedError, resolve_ingest_path
-from copilot.api.schemas import ErrorResponse, IngestAccepted, IngestJobList, IngestJobOut, IngestPathRequest
+from copilot.api.ingest_paths import PathRejectedError, resolve_ingest_path
+from copilot.api.openapi import error_responses
+from copilot.api.schemas import (
+    IngestAccepted,
+    IngestJobList,
+    IngestJobOut,
+    IngestPathRequest,
+    IngestProgressOut,
+)
 from copilot.config import Settings
+from copilot.serving.ingest_jobs import (
+    IngestJob,
+    IngestJobManager,
+    JobNotFoundError,
+    JobNotResumableError,
+    JobRefusedError,
+    JobsBusyError,
+    JobView,
+)
 from ingestion.uploads import (
     UploadConflictError,
     UploadNameError,
@@ -76,20 +94,25 @@ _OPENAPI_BODY = {
 #: HTTP status of each kind of refused upload.
 _UPLOAD_STATUS: dict[type[UploadRejectedError], int] = {UploadNameError: 422, UploadConflictError: 409,
                                                          UploadPathError: 400}
+#: HTTP status of each kind of job the manager refuses to queue.
+_JOB_STATUS: dict[type[JobRefusedError], int] = {JobsBusyError: 503, JobNotFoundError: 404,
+                                                 JobNotResumableError: 409}
 
 
-def _reject(exc: PathRejectedError | UploadRejectedError) -> HTTPException:
+def _reject(exc: PathRejectedError | UploadRejectedError | JobRefusedError) -> HTTPException:
     if isinstance(exc, UploadStorageError):
         return HTTPException(exc.status, str(exc), headers={"Retry-After": "60"})
     if isinstance(exc, UploadRejectedError):
         return HTTPException(_UPLOAD_STATUS.get(type(exc), 400), str(exc))
+    if isinstance(exc, JobRefusedError):
+        code = _JOB_STATUS.get(type(exc), 409)
+        return HTTPException(code, str(exc), headers={"Retry-After": "10"} if code == 503 else None)
     headers = {"Retry-After": "10"} if exc.status == 503 else None
     return HTTPException(exc.status, exc.reason, headers=headers)
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted, openapi_extra=_OPENAPI_BODY,
-             responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422, 503,
-                                                                     507)})
+             responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422, 503, 507))
 async def start_ingest(request: Request, settings: Settings = Depends(get_settings),
                        jobs: IngestJobManager = Depends(get_ingest_jobs),
                        access: Access = Depends(ingest_access)) -> IngestAccepted:
@@ -133,7 +156,7 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
                                 f"unsupported Content-Type {content_type!r}: send multipart/form-data files "
                                 "or application/json {\"path\": ...}")
         jobs.submit(job)
-    except (PathRejectedError, UploadRejectedError) as exc:
+    except (PathRejectedError, UploadRejectedError, JobRefusedError) as exc:
         jobs.uploads.discard(job_id)
         raise _reject(exc) from exc
     except OSError as exc:  # e.g. the request body spooled to a full disk: one line, no traceback
@@ -157,13 +180,13 @@ async def list_ingest_jobs(offset: int = Query(0, ge=0, le=2**63 - 1), limit: in
     that may not read everything: the jobs it started)."""
     if access.reads_all:
         found, total = await asyncio.to_thread(jobs.list, offset, limit)
-        return IngestJobList(jobs=found, total=total, offset=offset, limit=limit)
+        return IngestJobList(jobs=[job_out(j) for j in found], total=total, offset=offset, limit=limit)
     every, _ = await asyncio.to_thread(jobs.list, 0, _ALL_JOBS)
-    visible = [j for j in every if job_visible(access, j)]
+    visible = [job_out(j) for j in every if job_visible(access, j)]
     return IngestJobList(jobs=visible[offset:offset + limit], total=len(visible), offset=offset, limit=limit)
 
 
-@router.get("/{job_id}", response_model=IngestJobOut, responses={404: {"model": ErrorResponse}})
+@router.get("/{job_id}", response_model=IngestJobOut, responses=error_responses(404))
 async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_ingest_jobs),
                          access: Access = Depends(ingest_access)) -> IngestJobOut:
     """Status, progress and (once finished) the per-file report of an ingest job (of any replica;
@@ -171,11 +194,11 @@ async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_inges
     job = await asyncio.to_thread(jobs.get, job_id)
     if job is None or not job_visible(access, job):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no ingest job {job_id!r} (unknown, or forgotten)")
-    return job
+    return job_out(job)
 
 
 @router.post("/{job_id}/resume", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted,
-             responses={code: {"model": ErrorResponse} for code in (404, 409, 503)})
+             responses=error_responses(404, 409, 503))
 async def resume_ingest_job(job_id: str, request: Request, jobs: IngestJobManager = Depends(get_ingest_jobs),
                             access: Access = Depends(ingest_access)) -> IngestAccepted:
     """Run an interrupted (or failed) job again on this replica, from the start; ingest is
@@ -193,18 +216,23 @@ async def resume_ingest_job(job_id: str, request: Request, jobs: IngestJobManage
                 raise PathRejectedError(404, f"no ingest job {job_id!r} (unknown, or forgotten)")
             check_job_scope(access, shown.files, bool(row.request.get("prune")))
         job = await asyncio.to_thread(jobs.resume, job_id)
-    except PathRejectedError as exc:
+    except (PathRejectedError, JobRefusedError) as exc:
         raise _reject(exc) from exc
     return IngestAccepted(id=job.id, status=job.status, files=job.sources(),
                           status_url=str(request.url_for("get_ingest_job", job_id=job.id)))
 
 
-def _writer(access: Access) -> dict | None:
+def _writer(access: Access) -> dict[str, Any] | None:
     """What a job keeps of the key that starts it: its read scope, unless it reads everything."""
     return None if access.reads_all else access.read_scope()
 
 
-def job_visible(access: Access, job: IngestJobOut) -> bool:
+def job_out(job: JobView) -> IngestJobOut:
+    """The API model of a job the manager reports."""
+    return IngestJobOut(**{**asdict(job), "progress": IngestProgressOut(**asdict(job.progress))})
+
+
+def job_visible(access: Access, job: JobView) -> bool:
     """Whether ``access`` may see (and resume) ``job``: every job for a key that reads everything,
     else the jobs it started (their reports name its files only)."""
     return access.reads_all or job.submitted_by == access.name and all(access.allows_source(s) for s in job.files)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from copilot.api.dependencies import get_metrics
-from copilot.api.metrics import Metrics
+from copilot.api.dependencies import MetricsDep
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
-async def metrics(m: Metrics = Depends(get_metrics)) -> Response:
+async def metrics(m: MetricsDep) -> Response:
     """Requests and latency per route, TTFT, tokens, τ and α per drafter, queue depth."""
     return Response(m.render(), media_type=CONTENT_TYPE_LATEST)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, status
 
-from copilot.api.dependencies import ask_auth, get_service, get_settings
+from copilot.api.dependencies import EmbedderDep, ServiceDep, SettingsDep, ask_auth
 from copilot.api.errors import ParameterError
 from copilot.api.openai_schemas import ModelCard, ModelList
-from copilot.api.schemas import ErrorResponse
+from copilot.api.openapi import error_responses
 from copilot.config import Settings
 from copilot.service import CopilotService
+from ingestion.embedding import Embedder
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404)}
+ERRORS = error_responses(401, 403, 404)
 
 
 def served_models(settings: Settings) -> list[str]:
@@ -27,9 +28,9 @@ def served_models(settings: Settings) -> list[str]:
     return list(dict.fromkeys([settings.model_alias, settings.target_model]))
 
 
-def embedding_models(service: CopilotService) -> list[str]:
+def embedding_models(embedder: Embedder) -> list[str]:
     """Embedding model ids a client may name: the embedder's id and its last path part."""
-    name = service.store.embedder.model_name
+    name = embedder.model_name
     return list(dict.fromkeys([name, name.rstrip("/").rsplit("/", 1)[-1]]))
 
 
@@ -40,30 +41,30 @@ def check_model(name: str, known: list[str]) -> None:
                              "model", "model_not_found")
 
 
-def _cards(request: Request, settings: Settings, service: CopilotService) -> list[ModelCard]:
+def _cards(request: Request, settings: Settings, service: CopilotService, embedder: Embedder) -> list[ModelCard]:
     """The chat models' cards, then the embedding model's."""
     created = int(request.app.state.started_at)
-    chat = [ModelCard(id=m, created=created, max_model_len=service.context_length,
-                      context_length=service.context_length) for m in served_models(settings)]
-    length = getattr(service.store.embedder, "max_seq_length", None)  # loaded at start-up (warm_up)
-    embedding = ModelCard(id=embedding_models(service)[0], created=created, max_model_len=length,
+    chat = [ModelCard(id=m, created=created, max_model_len=service.models.context_length,
+                      context_length=service.models.context_length) for m in served_models(settings)]
+    length = getattr(embedder, "max_seq_length", None)  # loaded at start-up (warm_up)
+    embedding = ModelCard(id=embedding_models(embedder)[0], created=created, max_model_len=length,
                           context_length=length)
     return chat + [embedding]
 
 
 @router.get("/models", response_model=ModelList, responses=ERRORS, dependencies=[Depends(ask_auth)])
-async def list_models(request: Request, settings: Settings = Depends(get_settings),
-                      service: CopilotService = Depends(get_service)) -> ModelList:
+async def list_models(request: Request, settings: SettingsDep, service: ServiceDep,
+                      embedder: EmbedderDep) -> ModelList:
     """The chat models this server answers as (any of them gives the same answers)."""
-    return ModelList(data=_cards(request, settings, service)[:-1])
+    return ModelList(data=_cards(request, settings, service, embedder)[:-1])
 
 
 @router.get("/models/{model:path}", response_model=ModelCard, responses=ERRORS, dependencies=[Depends(ask_auth)])
-async def retrieve_model(model: str, request: Request, settings: Settings = Depends(get_settings),
-                         service: CopilotService = Depends(get_service)) -> ModelCard:
+async def retrieve_model(model: str, request: Request, settings: SettingsDep, service: ServiceDep,
+                         embedder: EmbedderDep) -> ModelCard:
     """One model's card (ids may contain ``/``). Errors: 404 ``model_not_found``."""
-    cards = {c.id: c for c in _cards(request, settings, service)}
-    for alias in embedding_models(service):
-        cards.setdefault(alias, cards[embedding_models(service)[0]].model_copy(update={"id": alias}))
+    cards = {c.id: c for c in _cards(request, settings, service, embedder)}
+    for alias in embedding_models(embedder):
+        cards.setdefault(alias, cards[embedding_models(embedder)[0]].model_copy(update={"id": alias}))
     check_model(model, list(cards))
     return cards[model]

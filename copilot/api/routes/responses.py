@@ -11,34 +11,34 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any, AsyncIterator
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request, status
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
-from copilot.access import Access
+from copilot.answer.assembly import Answer
 from copilot.api import generation
-from copilot.api.dependencies import ask_auth, get_metrics, get_scheduler, get_service, get_settings
+from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep, SettingsDep
 from copilot.api.errors import ParameterError, error_body, validation_message
-from copilot.api.metrics import Metrics
-from copilot.api.openapi import streamed
+from copilot.api.openai_schemas import ChatCompletionRequest
+from copilot.api.openapi import error_responses, streamed
 from copilot.api.response_schemas import OutputMessage, OutputText, ResponseObject, ResponseRequest, ResponseUsage
 from copilot.api.routes.chat import answer_footer, chat_question
-from copilot.api.scheduler import BatchScheduler
-from copilot.api.schemas import ErrorResponse, SourceOut
+from copilot.api.schemas import SourceOut, sources_out, trust_fields
 from copilot.config import Settings
-from copilot.service import CopilotService
+from copilot.serving.question_job import GenerationFailedError
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 500, 503)}
+ERRORS = error_responses(400, 401, 403, 404, 413, 500, 503)
 STREAMED = streamed("the Responses API's events, `response.created` ... `response.output_text.delta` ... "
                     "`response.completed`", 'event: response.output_text.delta\ndata: {"type": '
                     '"response.output_text.delta", "delta": "Restart", ...}\n\n')
 
 
-def _chat_body(body: ResponseRequest):
+def _chat_body(body: ResponseRequest) -> ChatCompletionRequest:
     refused = body.unsupported()
     if refused is not None:
         raise ParameterError(status.HTTP_400_BAD_REQUEST, str(refused), refused.param, "unsupported_parameter")
@@ -60,39 +60,34 @@ class ResponseBuilder:
         self.message_id = f"msg_{uuid.uuid4().hex}"
         self.created = int(time.time())
 
-    def build(self, text: str | None = None, outcome: generation.Outcome | None = None,
-              sources: list[SourceOut] = ()) -> ResponseObject:
-        """In progress (no ``outcome``) or finished, with ``text`` as the output."""
+    def build(self, text: str | None = None, answer: Answer | None = None,
+              sources: Sequence[SourceOut] = ()) -> ResponseObject:
+        """In progress (no ``answer``) or finished, with ``text`` as the output."""
         body = self.body
         fields: dict[str, Any] = {"id": self.id, "created_at": self.created, "model": body.model,
                                   "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
                                   "temperature": body.temperature, "top_p": body.top_p, "tools": body.tools or [],
                                   "tool_choice": body.tool_choice if isinstance(body.tool_choice, str) else "auto",
                                   "metadata": body.metadata or {}}
-        if outcome is None:
+        if answer is None:
             return ResponseObject(status="in_progress", output=[], **fields)
-        cut = outcome.finish_reason == "length"
+        cut = answer.finish_reason == "length"
         message = OutputMessage(id=self.message_id, status="incomplete" if cut else "completed",
                                 content=[OutputText(text=text or "")])
         return ResponseObject(status="incomplete" if cut else "completed", output=[message],
                               incomplete_details={"reason": "max_output_tokens"} if cut else None,
-                              usage=ResponseUsage(input_tokens=outcome.prompt_tokens,
-                                                  output_tokens=outcome.completion_tokens,
-                                                  total_tokens=outcome.prompt_tokens + outcome.completion_tokens),
-                              sources=list(sources), **outcome.trust(), stats=outcome.stats, **fields)
+                              usage=ResponseUsage.from_answer(answer), sources=list(sources), **trust_fields(answer),
+                              stats=answer.stats, **fields)
 
 
-def _finished(outcome: generation.Outcome, sources: list, settings: Settings) -> tuple[str, list[SourceOut]]:
-    out = [SourceOut.from_source(s, outcome.cited) for s in sources]
-    footer = answer_footer(out, outcome, settings)
-    return outcome.text + footer, out
+def _finished(answer: Answer, settings: Settings) -> tuple[str, list[SourceOut]]:
+    out = sources_out(answer)
+    return answer.text + answer_footer(out, answer, settings), out
 
 
 @router.post("/responses", response_model=ResponseObject, responses={**ERRORS, **STREAMED})
-async def create_response(body: ResponseRequest, request: Request, settings: Settings = Depends(get_settings),
-                          service: CopilotService = Depends(get_service),
-                          scheduler: BatchScheduler = Depends(get_scheduler),
-                          metrics: Metrics = Depends(get_metrics), access: Access = Depends(ask_auth)):
+async def create_response(body: ResponseRequest, request: Request, settings: SettingsDep, service: ServiceDep,
+                          questions: QuestionsDep, access: AskAccess) -> ResponseObject | EventSourceResponse:
     """Answer the input over the logbooks and tickets (OpenAI Responses format, text only).
 
     Errors: 400 invalid request or an unsupported parameter (``previous_response_id``,
@@ -102,30 +97,29 @@ async def create_response(body: ResponseRequest, request: Request, settings: Set
     started = time.perf_counter()
     names = {"max_new_tokens": "max_output_tokens", "prompt": "input"}
     question = chat_question(_chat_body(body), service, names, access)
-    run = generation.start(request, service, scheduler, metrics, question, endpoint="responses", started=started,
-                           params=names)
+    run = generation.start(request, questions, question, endpoint="responses", started=started, params=names)
     builder = ResponseBuilder(body)
     if body.stream:
-        async def sse():
+        async def sse() -> AsyncIterator[dict[str, str]]:
             try:
-                async for event in _events(run, request, builder, settings):
+                async for event in _events(run, builder, settings):
                     yield event
             finally:
-                run.job.cancel()
+                run.cancel()
 
         return EventSourceResponse(sse(), ping=settings.heartbeat_s)
-    prepared = await run.prepared(request)
-    outcome = await run.complete(request)
-    text, out = _finished(outcome, prepared.prompt.sources, settings)
-    return builder.build(text, outcome, out)
+    await run.prepared()
+    answer = await run.complete()
+    text, out = _finished(answer, settings)
+    return builder.build(text, answer, out)
 
 
-async def _events(run: generation.GenerationRun, request: Request, builder: ResponseBuilder,
-                  settings: Settings) -> AsyncIterator[dict]:
+async def _events(run: generation.HttpRun, builder: ResponseBuilder,
+                  settings: Settings) -> AsyncIterator[dict[str, str]]:
     """The Responses API's streaming events for one answer."""
     seq = 0
 
-    def event(kind: str, **data: Any) -> dict:
+    def event(kind: str, **data: Any) -> dict[str, str]:
         nonlocal seq
         seq += 1
         return {"event": kind, "data": json.dumps({"type": kind, "sequence_number": seq - 1, **data})}
@@ -137,22 +131,22 @@ async def _events(run: generation.GenerationRun, request: Request, builder: Resp
     yield event("response.output_item.added", output_index=0, item=item.model_dump(mode="json"))
     yield event("response.content_part.added", **where, part=OutputText(text="").model_dump(mode="json"))
     try:
-        prepared = await run.prepared(request)
-        async for delta in run.deltas(request, check_disconnect=False):
+        await run.prepared()
+        async for delta in run.deltas(check_disconnect=False):
             yield event("response.output_text.delta", **where, delta=delta, logprobs=[])
-    except (HTTPException, generation.GenerationFailedError) as exc:
+    except (HTTPException, GenerationFailedError) as exc:
         code = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
         failed = builder.build().model_copy(
             update={"status": "failed", "error": error_body(str(detail), code)["error"]})
         yield event("response.failed", response=failed.model_dump(mode="json"))
         return
-    outcome = run.outcome()
-    text, out = _finished(outcome, prepared.prompt.sources, settings)
-    footer = text[len(outcome.text):]
+    answer = run.answer()
+    text, out = _finished(answer, settings)
+    footer = text[len(answer.text):]
     if footer:
         yield event("response.output_text.delta", **where, delta=footer, logprobs=[])
-    final = builder.build(text, outcome, out)
+    final = builder.build(text, answer, out)
     yield event("response.output_text.done", **where, text=text, logprobs=[])
     yield event("response.content_part.done", **where, part=OutputText(text=text).model_dump(mode="json"))
     yield event("response.output_item.done", output_index=0, item=final.output[0].model_dump(mode="json"))

@@ -5,20 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, HTTPException, status
 
-from copilot.access import Access
-from copilot.api.dependencies import get_service, read_auth
-from copilot.api.schemas import ErrorResponse, SearchRequest, SearchResponse, SourceOut
-from copilot.service import CopilotService
+from copilot.api.dependencies import ReadAccess, ServiceDep
+from copilot.api.openapi import error_responses
+from copilot.api.schemas import SearchRequest, SearchResponse, SourceOut
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
 
 @router.post("/search", response_model=SearchResponse,
-             responses={code: {"model": ErrorResponse} for code in (400, 401, 403)})
-async def search(body: SearchRequest, service: CopilotService = Depends(get_service),
-                 access: Access = Depends(read_auth)) -> SearchResponse:
+             responses=error_responses(400, 401, 403))
+async def search(body: SearchRequest, service: ServiceDep, access: ReadAccess) -> SearchResponse:
     """Retrieval only: the ``max_sources`` best documents (hybrid dense + BM25, one entry per
     document) with the lines that best answer the question. Same filters as ``/v1/ask``;
     a key is needed when keys are configured, unless ``public_reads``; only documents the key
