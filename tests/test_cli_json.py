@@ -90,6 +90,7 @@ def test_ask_json_is_the_ask_response(monkeypatch, sample_service):
                                  "--max-sources", "2", "--json"])
     assert result.exit_code == 0, result.output
     body = AskResponse.model_validate_json(result.stdout)  # the body POST /v1/ask returns, nothing streamed
+    assert "destructive" in json.loads(result.stdout)  # every field of the route's body, built the same way
     assert body.sources[0].doc_id == "tickets/jira_export.json#OPS-107" and len(body.sources) <= 2
     assert body.answer and body.stats["new_tokens"] <= 8 and "finish_reason" in body.stats
     assert body.cited == [s.n for s in body.sources if s.cited] or not body.cited

@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # imported where used: `copilot --help` must not import torch
     from pydantic import BaseModel
 
     from copilot.answer.assembly import Answer
-    from copilot.api.schemas import AskResponse
     from copilot.config import Settings
     from copilot.search.filters import Filters
     from copilot.search.sources import Source
@@ -198,6 +197,7 @@ def ask(question: str = typer.Argument(..., help="the question"),
     from copilot.answer.assembly import AnswerAssembler
     from copilot.answer.prompting import PromptTooLongError
     from copilot.answer.question import GenerationParams, QuestionRequest
+    from copilot.api.schemas import AskResponse
 
     settings = load_settings()
     problem = _question_problem(question, max_new_tokens, settings)
@@ -221,20 +221,10 @@ def ask(question: str = typer.Argument(..., help="the question"),
         err.print("no sources: the store is empty or nothing matched")
     answer = assembler.answer()
     if as_json:
-        _print_json(_ask_response(answer))
+        _print_json(AskResponse.from_answer(answer))
         return
     console.print()
     _print_answer_sources(answer, show_stats)
-
-
-def _ask_response(answer: Answer) -> AskResponse:
-    """The :class:`~copilot.api.schemas.AskResponse` for a finished answer (as ``POST /v1/ask`` builds it)."""
-    from copilot.api.schemas import AskResponse, SourceOut
-
-    return AskResponse.model_validate({
-        "answer": answer.text, "sources": [SourceOut.from_source(s, answer.cited) for s in answer.sources],
-        "cited": answer.cited, "quotes": [q.to_dict() for q in answer.quotes],
-        "unverified": [u.to_dict() for u in answer.unverified], "not_found": answer.not_found, "stats": answer.stats})
 
 
 def _print_answer_sources(answer: Answer, show_stats: bool) -> None:
