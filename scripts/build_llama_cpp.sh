@@ -2,7 +2,7 @@
 # Install llama-cpp-python (the CPU backend of the target: the GGUFs' own quantized kernels) into
 # the Python given as $1. The registry has no binary wheel, so it is built from source once, with
 # the flags under which a verification pass over k tokens gives bitwise the logits of k one-token
-# steps (DESIGN.md, exactness): no llamafile sgemm (-DGGML_LLAMAFILE=OFF). Native CPU code
+# steps (README, "The exactness contract"): no llamafile sgemm (-DGGML_LLAMAFILE=OFF). Native CPU code
 # (-DGGML_NATIVE=ON), so the wheel is kept per CPU feature set under $OPSCOPILOT_WHEEL_CACHE
 # (default ~/.cache/opscopilot/wheels); a later set-up installs it in seconds.
 # About 8-10 minutes on 2 idle cores. If the build fails, this prints why in one line and exits 1.
