@@ -415,8 +415,7 @@ def documents_delete(doc_id: str = typer.Argument(..., help="document id as list
 
     settings = load_settings()
     store = open_store_or_exit(settings)
-    if store.manifest.info(doc_id) is None or not delete_document(store, FeedbackTable(store.db), doc_id,
-                                                                  uploads_dir=settings.uploads_dir):
+    if delete_document(store, FeedbackTable(store.db), doc_id, uploads_dir=settings.uploads_dir) is None:
         err.print(f"[red]no document with id {doc_id!r}[/red]")
         raise typer.Exit(1)
     console.print(f"deleted {doc_id}", highlight=False, markup=False)

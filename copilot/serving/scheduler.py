@@ -129,7 +129,6 @@ class Job:
         return None if self.started_at is None else (self.started_at - self.submitted_at) * 1000
 
 
-
 EventT = TypeVar("EventT")
 
 

@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, status
 
-from copilot.access import Access
-from copilot.api.dependencies import ReadAccess, StoreDep, delete_access, get_feedback, get_service
+from copilot.api.dependencies import DeleteAccess, FeedbackDep, ReadAccess, ServiceDep, StoreDep
 from copilot.api.openapi import error_responses
 from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage
 from copilot.deletion import delete_document as delete_stored_document
 from copilot.documents import document_page, readable_document
-from copilot.feedback.ratings import FeedbackTable
 from copilot.search.filters import Text
-from copilot.service import CopilotService
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])
 
@@ -56,9 +53,8 @@ async def get_document(doc_id: Text, store: StoreDep, access: ReadAccess) -> Doc
 
 @router.delete("/{doc_id:path}", response_model=DeleteResponse,
                responses=error_responses(401, 403, 404))
-async def delete_document(doc_id: Text, service: CopilotService = Depends(get_service),
-                          access: Access = Depends(delete_access),
-                          feedback: FeedbackTable = Depends(get_feedback)) -> DeleteResponse:
+async def delete_document(doc_id: Text, service: ServiceDep, access: DeleteAccess,
+                          feedback: FeedbackDep) -> DeleteResponse:
     """Delete a document and all its chunks from both indexes (needs an API key with the
     ``delete`` right when keys are set; 404 for a document outside the key's read scope).
 
@@ -66,11 +62,9 @@ async def delete_document(doc_id: Text, service: CopilotService = Depends(get_se
     the engine's answer history; an uploaded file it came from is removed (its other documents
     stay stored); a server-side file is left alone, and re-ingesting it brings it back.
     """
-    info = await asyncio.to_thread(service.store.manifest.info, doc_id)
-    if info is None or not access.allows(info):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
-    if not await asyncio.to_thread(delete_stored_document, service.store, feedback, doc_id,
-                                   uploads_dir=service.settings.uploads_dir, history=service.models.answer_history):
+    info = await asyncio.to_thread(delete_stored_document, service.store, feedback, doc_id, access,
+                                   uploads_dir=service.settings.uploads_dir, history=service.models.answer_history)
+    if info is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
     return DeleteResponse(deleted=doc_id, chunks=int(info.get("n_chunks") or 0))
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from copilot.api.dependencies import get_service
+from copilot.api.dependencies import ServiceDep
 from copilot.api.schemas import HealthResponse, ReadyResponse
-from copilot.service import CopilotService
 
 router = APIRouter(tags=["health"])
 
@@ -21,7 +20,7 @@ async def healthz() -> HealthResponse:
 
 
 @router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
-async def readyz(service: CopilotService = Depends(get_service)) -> ReadyResponse | JSONResponse:
+async def readyz(service: ServiceDep) -> ReadyResponse | JSONResponse:
     """Model loaded and store reachable (its database and dense index answer); 503 otherwise."""
     model_loaded = service.models.engine is not None
 

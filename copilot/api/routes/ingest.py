@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from copilot.access import Access
-from copilot.api.dependencies import get_ingest_jobs, get_settings, ingest_access
+from copilot.api.dependencies import IngestAccess, IngestJobsDep, SettingsDep, ingest_access
 from copilot.api.ingest_paths import PathRejectedError, resolve_ingest_path
 from copilot.api.openapi import error_responses
 from copilot.api.schemas import (
@@ -47,10 +47,8 @@ from copilot.api.schemas import (
     IngestPathRequest,
     IngestProgressOut,
 )
-from copilot.config import Settings
 from copilot.serving.ingest_jobs import (
     IngestJob,
-    IngestJobManager,
     JobNotFoundError,
     JobNotResumableError,
     JobRefusedError,
@@ -113,9 +111,8 @@ def _reject(exc: PathRejectedError | UploadRejectedError | JobRefusedError) -> H
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted, openapi_extra=_OPENAPI_BODY,
              responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422, 503, 507))
-async def start_ingest(request: Request, settings: Settings = Depends(get_settings),
-                       jobs: IngestJobManager = Depends(get_ingest_jobs),
-                       access: Access = Depends(ingest_access)) -> IngestAccepted:
+async def start_ingest(request: Request, settings: SettingsDep, jobs: IngestJobsDep,
+                       access: IngestAccess) -> IngestAccepted:
     """Start an ingest job (uploaded files or a server-side path); answers 202 with the job id.
 
     Errors: 400 ``..`` in a path or a malformed form, 403 path outside the ingest root (or
@@ -174,8 +171,7 @@ async def start_ingest(request: Request, settings: Settings = Depends(get_settin
 
 @router.get("", response_model=IngestJobList)
 async def list_ingest_jobs(offset: int = Query(0, ge=0, le=2**63 - 1), limit: int = Query(50, ge=1, le=500),
-                           jobs: IngestJobManager = Depends(get_ingest_jobs),
-                           access: Access = Depends(ingest_access)) -> IngestJobList:
+                           *, jobs: IngestJobsDep, access: IngestAccess) -> IngestJobList:
     """Ingest jobs of every replica, newest first, with their status and per-file reports (a key
     that may not read everything: the jobs it started)."""
     if access.reads_all:
@@ -187,8 +183,7 @@ async def list_ingest_jobs(offset: int = Query(0, ge=0, le=2**63 - 1), limit: in
 
 
 @router.get("/{job_id}", response_model=IngestJobOut, responses=error_responses(404))
-async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_ingest_jobs),
-                         access: Access = Depends(ingest_access)) -> IngestJobOut:
+async def get_ingest_job(job_id: str, jobs: IngestJobsDep, access: IngestAccess) -> IngestJobOut:
     """Status, progress and (once finished) the per-file report of an ingest job (of any replica;
     404 for one the key may not see)."""
     job = await asyncio.to_thread(jobs.get, job_id)
@@ -199,8 +194,8 @@ async def get_ingest_job(job_id: str, jobs: IngestJobManager = Depends(get_inges
 
 @router.post("/{job_id}/resume", status_code=status.HTTP_202_ACCEPTED, response_model=IngestAccepted,
              responses=error_responses(404, 409, 503))
-async def resume_ingest_job(job_id: str, request: Request, jobs: IngestJobManager = Depends(get_ingest_jobs),
-                            access: Access = Depends(ingest_access)) -> IngestAccepted:
+async def resume_ingest_job(job_id: str, request: Request, jobs: IngestJobsDep,
+                            access: IngestAccess) -> IngestAccepted:
     """Run an interrupted (or failed) job again on this replica, from the start; ingest is
     idempotent, so what its first run stored is kept and the rest is added.
 
