@@ -384,6 +384,7 @@ def open_store(settings: StoreSettings, *, embedder: Embedder | None = None,
         from ingestion import embedding  # looked up at call time, so a substituted Embedder class is honoured
 
         embedder = embedding.Embedder(settings.embedding_model)
+
     def build() -> ChunkStore:
         return ChunkStore(Path(settings.data_dir), chroma_url=settings.chroma_url or None,
                           database_url=settings.database_url or None, collection=settings.collection,
