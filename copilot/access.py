@@ -40,9 +40,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from ingestion.documents import DOC_TYPES, SearchFilter, source_in_folders
+from ingestion.documents import SearchFilter, source_in_folders
+from ingestion.loaders.registry import DOC_TYPES
 
-#: One of :data:`ingestion.documents.DOC_TYPES` (a tuple subscript is the list of literals).
+#: One of :data:`ingestion.loaders.registry.DOC_TYPES` (a tuple subscript is the list of literals).
 DocType = Literal[DOC_TYPES]  # type: ignore[valid-type]
 
 

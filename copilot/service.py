@@ -11,6 +11,7 @@ import torch
 from copilot.access import FULL_ACCESS, Access
 from copilot.answer.conversation import EarlierTurn, build_conversation_prompt
 from copilot.answer.events import AnswerEvent, AnswerFeed, Prepared
+from copilot.answer.followup import standalone_question
 from copilot.answer.grounding import Grounding, assess, not_found_answer
 from copilot.answer.prompting import (
     PROMPT_STYLES,
@@ -27,7 +28,6 @@ from copilot.answer.prompting import (
 from copilot.answer.question import GenerationParams, Mode, Question, QuestionRequest
 from copilot.config import Settings
 from copilot.model_host import ModelHost, load_engine
-from copilot.search.followup import standalone_question
 from copilot.search.searcher import Searcher
 from copilot.search.sources import Source
 from copilot.serving.remote_target import RemoteEngine

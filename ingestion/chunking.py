@@ -21,16 +21,13 @@ from typing import Any
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from ingestion.documents import Chunk, Document, make_chunk_id
+from ingestion.loaders.registry import TYPE_LABELS
 
 log = logging.getLogger(__name__)
 
 #: Bump when header or splitting rules change: every document is then re-chunked.
 CHUNKER_VERSION = "1"
 
-_TYPE_LABELS = {
-    "elog": "ELOG", "shiftlog": "Shift log", "postmortem": "Post-mortem", "jira": "Jira",
-    "csv_ticket": "Ticket", "jsonl": "Record", "text": "Document",
-}
 _SEPARATORS = ["\n\n", "\n", ". ", " "]
 #: Characters per token above which a chunk is cut by length too: a run with no whitespace
 #: (base64, hex dumps, minified JSON) is one ``[UNK]`` token to WordPiece, whatever its length.
@@ -90,7 +87,7 @@ def document_header(doc: Document) -> str:
     """One-line header identifying ``doc``: ``"<Type> <source> <key> | <title> | <date> | status: <s>"``."""
     meta = doc.metadata
     doc_type = str(meta.get("doc_type") or "text")
-    label = _TYPE_LABELS.get(doc_type, doc_type)
+    label = TYPE_LABELS.get(doc_type, doc_type)
     key = str(meta.get("key") or doc.key)
     if doc_type == "elog":
         ident = f"{label} {meta.get('logbook') or doc.source} MID {key}"

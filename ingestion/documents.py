@@ -18,8 +18,6 @@ from typing import Any, Union
 MetadataValue = Union[str, int, float, bool, list[str], None]
 Metadata = dict[str, MetadataValue]
 
-#: The document types a loader may emit.
-DOC_TYPES: tuple[str, ...] = ("elog", "shiftlog", "postmortem", "jira", "csv_ticket", "jsonl", "text")
 
 
 def make_doc_id(source: str, key: str) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from copilot.answer.followup import is_followup, standalone_question
 from copilot.answer.prompting import DEFAULT_STYLE, FAMILY_STYLES, MODEL_STYLES, ChatTurn, model_size, style_name
 from copilot.answer.shape import CLOSEST_LABEL, EXTRACT_LABEL, abstains, addition, echoes_header, only_citations
-from copilot.search.followup import is_followup, standalone_question
 from copilot.search.retrieval import Passage
 from copilot.search.sources import Source
 from ingestion.documents import Chunk

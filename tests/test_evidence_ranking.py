@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from copilot.search.answer_kinds import ACTION, ERROR, PLACE, VALUE, question_kinds, unit_kinds
-from copilot.search.highlights import evidence_units, score_units, top_units
+from copilot.search.highlights import score_units, top_units
+from copilot.search.record import evidence_units
 
 
 def first_line(question: str, body: str) -> str:

@@ -6,16 +6,9 @@ import numpy as np
 import pytest
 from answering import answer as answer_of
 
-from copilot.answer.grounding import (
-    DateRef,
-    DocumentText,
-    assess,
-    entity_order,
-    holds,
-    not_found_answer,
-    question_entities,
-)
+from copilot.answer.grounding import assess, not_found_answer
 from copilot.answer.question import QuestionRequest
+from copilot.search.entities import DateRef, DocumentText, entity_order, holds, question_entities
 
 SE04 = DocumentText("elog#1",
                     "2026-04-03 se-04.alp.example: [ERROR] Socket timeout; fixed with ethtool -G eth0 rx 4096",

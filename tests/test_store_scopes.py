@@ -16,7 +16,8 @@ import test_ingestion_server  # noqa: E402  (its fixture starts a real `chroma r
 from ingestion_helpers import HashEmbedder  # noqa: E402
 
 from copilot.access import Access  # noqa: E402
-from ingestion.documents import DOC_TYPES, SearchFilter, source_in_folders  # noqa: E402
+from ingestion.documents import SearchFilter, source_in_folders  # noqa: E402
+from ingestion.loaders.registry import DOC_TYPES  # noqa: E402
 from ingestion.pipeline import ingest_paths  # noqa: E402
 from ingestion.stores.chroma_store import ChromaStore, build_where  # noqa: E402
 from ingestion.stores.chunk_store import ChunkStore  # noqa: E402

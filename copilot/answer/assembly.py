@@ -9,6 +9,7 @@ from typing import Any
 from copilot.answer.citations import cited_numbers
 from copilot.answer.events import AnswerEvent, Prepared
 from copilot.answer.quotes import Quote, Unverified, check_literals
+from copilot.answer.support import SUPPORT_LABEL, supported
 from copilot.search.sources import Source
 from decoding.engine import GenerationResult
 
@@ -24,6 +25,8 @@ class Answer:
         finish_reason: ``eos | stop | length | repetition | cancelled`` from the engine; ``stop``
             for a fixed answer (:meth:`copilot.service.CopilotService.fixed_answer`).
         cited: source numbers cited in ``text`` (every one names a source).
+        supported: the sources that hold the answer's quoted literals, in order of first quote (the
+            citations by support: :mod:`copilot.answer.support`).
         invalid_citations: numbers the model cited that name no source (removed from ``text``).
         quotes / unverified: the answer's literals found in a shown source / in none
             (:mod:`copilot.answer.quotes`).
@@ -47,6 +50,7 @@ class Answer:
     added: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    supported: list[int] = field(default_factory=list)
 
     @property
     def model_text(self) -> str:
@@ -106,7 +110,9 @@ class AnswerAssembler:
         stats["grounding"] = grounding.to_dict()
         stats["literals"] = {"quoted": len(checked.quotes), "unverified": len(checked.unverified)}
         if self.added:
-            stats["added"] = "closest_entries" if self.model_not_found else "extract"
+            checked_support = self.added.lstrip().startswith(SUPPORT_LABEL)
+            stats["added"] = ("subject_not_found" if self.model_not_found else "source_check") if checked_support \
+                else "closest_entries" if self.model_not_found else "extract"
         return Answer(self.text, prompt.sources, stats, reason, cited_numbers(self.text), self.invalid_citations,
                       checked.quotes, checked.unverified, not grounding.answerable or self.model_not_found,
-                      self.added, prompt_tokens, completion_tokens)
+                      self.added, prompt_tokens, completion_tokens, supported(checked.quotes))

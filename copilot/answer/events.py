@@ -11,6 +11,7 @@ from copilot.answer.grounding import Grounding
 from copilot.answer.prompting import BuiltPrompt
 from copilot.answer.question import Question
 from copilot.answer.shape import addition
+from copilot.answer.support import after_generation
 from copilot.search.sources import Source
 from decoding import GenerationConfig
 from decoding.engine import GenerationResult, StreamEvent
@@ -50,9 +51,10 @@ class AnswerFeed:
     sources is removed from the deltas and the result's text. Push-style, so a scheduler that
     steps many answers in one batch can feed each its own events."""
 
-    def __init__(self, n_sources: int | None, sources: Sequence[Source] = ()) -> None:
+    def __init__(self, n_sources: int | None, sources: Sequence[Source] = (), question: str = "") -> None:
         self.citations = CitationFilter(n_sources) if n_sources is not None else None
         self.sources = list(sources)  # the question's own: what an addition quotes or lists
+        self.question = question
 
     @classmethod
     def for_prepared(cls, prepared: Prepared) -> "AnswerFeed":
@@ -60,11 +62,12 @@ class AnswerFeed:
         the text as generated otherwise."""
         if not prepared.question.retrieves:
             return cls(None)
-        return cls(len(prepared.prompt.sources), prepared.prompt.turn_sources)
+        return cls(len(prepared.prompt.sources), prepared.prompt.turn_sources, prepared.question.text)
 
     def convert(self, event: StreamEvent) -> AnswerEvent:
         """The answer event for an engine event (the last one carries the result, and after the
-        model's words the service's labelled addition, :func:`copilot.answer.shape.addition`)."""
+        model's words the service's labelled addition: :func:`copilot.answer.shape.addition` for an
+        answer that does not answer, else :func:`copilot.answer.support.after_generation`)."""
         if self.citations is None:
             return AnswerEvent(event.delta, event.result)
         delta = self.citations.push(event.delta)
@@ -73,4 +76,6 @@ class AnswerFeed:
         delta += self.citations.finish()
         event.result.text = self.citations.text
         added, model_not_found = addition(self.citations.text, self.sources)
+        if not added and not model_not_found and self.sources:
+            added, model_not_found = after_generation(self.question, self.citations.text, self.sources)
         return AnswerEvent(delta + added, event.result, self.citations.invalid, added, model_not_found)

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
+from copilot.search.literals import STRIP_CHARS, TRAIL_CHARS, token_kind, trim_token
 from copilot.search.sources import Source
 
 #: A command line longer than this (tokens) is cut there.
@@ -38,23 +39,6 @@ _VALUE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?\s?(?:%|(?:[KMGTPE]i?B|[KMGTP](?=
 _SPACED_SETTING = re.compile(r"(?<![\w.])[A-Za-z_][\w.]*[A-Za-z0-9_](?: = ?| ?= )[^\s,;'\"`)]*[^\s,;.:'\"`)]")
 _TOKEN = re.compile(r"\S+")
 _CITED_END = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]$")
-_STRIP = "\"'“”‘’()[]{}<>,;!?*"
-_TRAIL = ".:"
-
-_KINDS: list[tuple[str, re.Pattern[str]]] = [
-    ("ticket", re.compile(r"^(?:[A-Z][A-Z0-9]+-\d+|#\d{3,})$")),
-    ("date", re.compile(r"^\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?$")),
-    ("path", re.compile(r"^[a-z][\w+.-]*://\S+$")),  # a URL
-    ("error", re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")),
-    ("path", re.compile(r"^(?:~?/|\./|\.\./)[^\s/]*(?:/[^\s/]*)*[\w/]$")),
-    ("path", re.compile(r"^(?=\S*[\d.-])[\w.{},*~-]+(?:/[\w.{},*~-]+)+/?$")),  # relative: logs/x.log, et-0/0/2
-    ("setting", re.compile(r"^[A-Za-z_][\w.-]*=\S+$")),
-    ("host", re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?"  # an IPv4 address, or a dotted name
-                        r"|(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.[\w-]{2,}(?::\d+)?)$")),
-    ("name", re.compile(r"^(?=[\w@:.-]*\d)(?=[\w@:.-]*[A-Za-z])[A-Za-z][\w-]*\d[\w-]*$|^\S*@\S+$|^\w+::\w+"
-                        r"|^[A-Za-z][\w-]*_[\w-]*$"  # snake_case identifiers: condor_reconfig, rx_missed_errors
-                        r"|^(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}$")),  # commit and object ids
-]
 _FLAG = re.compile(r"^--?[A-Za-z][\w-]*(?:=\S+)?$")
 _PLAIN = re.compile(r"^(?:[a-z][a-z0-9_.+-]*|\d+)$")
 #: Words that start a command line (a run led by one needs only one technical token).
@@ -92,6 +76,8 @@ class Quote:
         start, end: character offsets in that chunk's text (``chunk.text[start:end]`` equals
             the literal up to whitespace).
         highlight: index of the source's evidence line that holds it, else ``None``.
+        cited: the source the answer cites for it (the first ``[k]`` after it on its line), else
+            ``None``; when that source holds it, ``n == cited``, else ``n`` is the first that does.
     """
 
     literal: str
@@ -104,6 +90,12 @@ class Quote:
     start: int
     end: int
     highlight: int | None = None
+    cited: int | None = None
+
+    @property
+    def miscited(self) -> bool:
+        """The answer cites another source for it than the one that holds it."""
+        return self.cited is not None and self.cited != self.n
 
     def to_dict(self) -> dict[str, object]:
         """JSON-able fields."""
@@ -160,24 +152,6 @@ def _normalise(text: str) -> tuple[str, list[int]]:
 
 def _squash(text: str) -> str:
     return " ".join(text.split())
-
-
-def token_kind(token: str) -> str | None:
-    """The literal kind of one whitespace-free token (surrounding punctuation stripped), or
-    ``None`` for a plain word."""
-    for kind, pattern in _KINDS:
-        if pattern.match(token):
-            return kind
-    return None
-
-
-def trim_token(text: str, start: int) -> tuple[str, int]:
-    """A token without surrounding quotes/brackets and sentence punctuation; its new start."""
-    lead = len(text) - len(text.lstrip(_STRIP))
-    text = text[lead:].rstrip(_STRIP)
-    while text and text[-1] in _TRAIL:
-        text = text[:-1].rstrip(_STRIP)
-    return text, start + lead
 
 
 class _Marks:
@@ -306,7 +280,7 @@ def _command_runs(tokens: list[_Token | None]) -> list[list[_Token]]:
         if raw[:1] in "([{":  # a parenthesis opens: not part of the command before it
             close()
         current.append(t)
-        trailing = raw[len(raw.rstrip(_STRIP + _TRAIL)):]
+        trailing = raw[len(raw.rstrip(STRIP_CHARS + TRAIL_CHARS)):]
         if any(c in ".,;:!?)]}" for c in trailing) or len(current) >= MAX_RUN_TOKENS:
             close()  # the sentence (or clause) ends here
     close()
@@ -327,33 +301,46 @@ class _Haystack:
 def _haystacks(sources: Sequence[Source]) -> list[_Haystack]:
     out = []
     for s in sources:
-        for p in s.passages:
-            norm, where = _normalise(p.chunk.text)
-            out.append(_Haystack(s.n, s.doc_id, p.chunk.chunk_id, p.chunk.text, norm, where,
+        for chunk in s.haystack_chunks():
+            norm, where = _normalise(chunk.text)
+            out.append(_Haystack(s.n, s.doc_id, chunk.chunk_id, chunk.text, norm, where,
                                  tuple(_squash(h) for h in s.highlights)))
     return out
 
 
-def _find(needle: str, haystacks: list[_Haystack]) -> tuple[_Haystack, int, int] | None:
-    """The first haystack holding ``needle`` (whitespace-normalised), with raw offsets."""
+def _find(needle: str, haystacks: list[_Haystack], cited: int | None = None) -> tuple[_Haystack, int, int] | None:
+    """The first haystack holding ``needle`` (whitespace-normalised), with raw offsets; those of
+    source ``cited`` are looked in first."""
     norm = _squash(needle)
     if not norm:
         return None
-    for h in haystacks:
+    for h in sorted(haystacks, key=lambda h: h.n != cited):
         i = h.norm.find(norm)
         if i >= 0:
             return h, h.where[i], h.where[i + len(norm) - 1] + 1
     return None
 
 
-def _quote(lit: Literal, hit: tuple[_Haystack, int, int]) -> Quote:
+def _quote(lit: Literal, hit: tuple[_Haystack, int, int], cited: int | None) -> Quote:
     h, s, e = hit
     norm = _squash(lit.text)
     line = next((i for i, hl in enumerate(h.highlights) if norm in hl), None)
-    return Quote(lit.text, lit.kind, lit.start, lit.end, h.n, h.doc_id, h.chunk_id, s, e, line)
+    return Quote(lit.text, lit.kind, lit.start, lit.end, h.n, h.doc_id, h.chunk_id, s, e, line, cited)
 
 
-def _check_command(lit: Literal, haystacks: list[_Haystack]) -> tuple[Literal, tuple[_Haystack, int, int]] | None:
+_CITATION = re.compile(r"\[(\d+)\]")
+
+
+def cited_for(answer: str, end: int) -> int | None:
+    """The source the answer cites for the text ending at offset ``end``: the first ``[k]`` after it
+    on the same line (``None`` when the line cites none)."""
+    line_end = answer.find("\n", end)
+    m = _CITATION.search(answer, end, len(answer) if line_end < 0 else line_end)
+    return int(m.group(1)) if m else None
+
+
+def _check_command(lit: Literal, haystacks: list[_Haystack], cited: int | None
+                   ) -> tuple[Literal, tuple[_Haystack, int, int]] | None:
     """The longest stretch of a command line that a source holds and that keeps every one of its
     technical tokens and flags (``None`` when there is none)."""
     tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(lit.text)]
@@ -368,7 +355,7 @@ def _check_command(lit: Literal, haystacks: list[_Haystack]) -> tuple[Literal, t
             if hi < hi_min or hi >= len(tokens):
                 continue
             s, e = tokens[lo][0], tokens[hi][1]
-            hit = _find(lit.text[s:e], haystacks)
+            hit = _find(lit.text[s:e], haystacks, cited)
             if hit is not None:
                 return Literal(lit.text[s:e], lit.kind, lit.start + s, lit.start + e), hit
     return None
@@ -383,23 +370,24 @@ def check_literals(answer: str, sources: Sequence[Source], question: str = "") -
         question: the question (an unverified literal it holds is marked ``in_question``).
 
     Returns:
-        The quoted literals (with source ``n``, chunk id and offsets) and the unverified
-        ones, each in answer order.
+        The quoted literals (with the source ``n`` that holds each, the one the answer cites for
+        it when that one does, the chunk id and offsets) and the unverified ones, each in answer order.
     """
     haystacks = _haystacks(sources)
     squashed_question = _squash(question)
     quotes, unverified = [], []
     for lit in extract_literals(answer):
+        cited = cited_for(answer, lit.end)
         if lit.kind == "command":
-            found = _check_command(lit, haystacks)
+            found = _check_command(lit, haystacks, cited)
             if found is not None:
                 sub, hit = found
-                quotes.append(_quote(sub, hit))
+                quotes.append(_quote(sub, hit, cited))
                 continue
         else:
-            at = _find(lit.text, haystacks)
+            at = _find(lit.text, haystacks, cited)
             if at is not None:
-                quotes.append(_quote(lit, at))
+                quotes.append(_quote(lit, at, cited))
                 continue
         unverified.append(Unverified(lit.text, lit.kind, lit.start, lit.end,
                                      bool(squashed_question) and _squash(lit.text) in squashed_question))

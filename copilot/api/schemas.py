@@ -143,10 +143,11 @@ class SourceOut(BaseModel):
     snippet: str = Field(description="the start of the best matching chunk")
     score: float = Field(description="its best chunk's fused retrieval score")
     cited: bool = Field(False, description="the answer cites it")
+    supports: bool = Field(False, description="it holds a literal the answer quotes (the citation by support)")
     chunks: list[ChunkMatch] = Field(description="the document's matched chunks, best first")
 
     @classmethod
-    def from_source(cls, s: Source, cited: Collection[int] = ()) -> "SourceOut":
+    def from_source(cls, s: Source, cited: Collection[int] = (), supported: Collection[int] = ()) -> "SourceOut":
         """The API view of a prompt source."""
         meta = s.metadata
         key = meta.get("ticket_key") or meta.get("mid")
@@ -157,6 +158,7 @@ class SourceOut(BaseModel):
                    url=f"/v1/documents/{quote(s.doc_id, safe='')}", highlights=list(s.highlights),
                    destructive=destructive_marks(s.highlights),
                    snippet=s.passages[0].snippet(), score=round(s.score, 6), cited=s.n in cited,
+                   supports=s.n in supported,
                    chunks=[ChunkMatch(chunk_id=p.chunk.chunk_id, score=round(p.score, 6)) for p in s.passages])
 
 
@@ -173,6 +175,8 @@ class QuoteOut(BaseModel):
     start: int = Field(description="character offset in that chunk's text (GET the document's chunks)")
     end: int
     highlight: int | None = Field(None, description="index of the source's evidence line that holds it")
+    cited: int | None = Field(None, description="the source the answer cites for it (the first [k] after it on its "
+                              "line); when it differs from n, the answer's text says so in a labelled source check")
 
 
 class UnverifiedOut(BaseModel):
@@ -191,6 +195,8 @@ class AskResponse(BaseModel):
     answer: str
     sources: list[SourceOut]
     cited: list[int] = Field(description="source numbers the answer cites, in order of first citation")
+    supported: list[int] = Field(default_factory=list, description="source numbers that hold the answer's quoted "
+                                 "literals, in order of first quote (the citations by support)")
     quotes: list[QuoteOut] = Field(default_factory=list, description="literals of the answer found in a source")
     unverified: list[UnverifiedOut] = Field(default_factory=list, description="literals of the answer found in no "
                                             "source: not in the sources, check before running")
@@ -215,14 +221,14 @@ def trust_fields(answer: Answer) -> dict[str, Any]:
 
 def sources_out(answer: Answer) -> list[SourceOut]:
     """The API view of an answer's sources, each marked when the answer cites it."""
-    return [SourceOut.from_source(s, answer.cited) for s in answer.sources]
+    return [SourceOut.from_source(s, answer.cited, answer.supported) for s in answer.sources]
 
 
 def ask_fields(answer: Answer) -> dict[str, Any]:
     """The :class:`AskResponse` of an answer as JSON values (the data of ``/v1/ask``'s streamed
     ``done`` event)."""
     return {"answer": answer.text, "sources": [s.model_dump() for s in sources_out(answer)], "cited": answer.cited,
-            **trust_fields(answer), "stats": answer.stats}
+            "supported": answer.supported, **trust_fields(answer), "stats": answer.stats}
 
 
 class SearchRequest(BaseModel):

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import re
 
+from copilot.search.literals import COMMAND_WORDS
+
 ACTION, ERROR, VALUE, PLACE = "action", "error", "value", "place"
-#: Operations tools whose name followed by an argument is a command line (also a literal in
-#: :mod:`copilot.search.highlights`).
-COMMAND_WORDS = (r"systemctl|sudo|yum|dnf|rpm|kubectl|eos|cta-admin|condor_\w+|scontrol|sacct|xrdcp|gfal-\w+|fts-\w+|"
-                 r"voms-\w+|mysqldump|pg_\w+|rman|ip|ceph|puppet|ansible")
 
 _ASKS: dict[str, re.Pattern[str]] = {
     ACTION: re.compile(

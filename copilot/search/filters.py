@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ingestion.documents import SearchFilter
+from ingestion.loaders.registry import DOC_TYPES
 
 
 def _valid_unicode(text: str) -> str:
@@ -121,7 +122,7 @@ class Filters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    doc_types: list[Literal["elog", "shiftlog", "postmortem", "jira", "csv_ticket", "jsonl", "text"]] = []
+    doc_types: list[Literal[DOC_TYPES]] = []  # type: ignore[valid-type]  # the literals of the registry's types
     source: Text | None = Field(None, description="exact source path as stored, e.g. logbooks/operations.elog")
     ticket_key: Text | None = Field(None, description="ticket key or ELOG MID exactly as written")
     since: datetime | None = Field(None, description="created at or after: " + DATE_FORMATS

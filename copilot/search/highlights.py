@@ -1,11 +1,8 @@
 """Evidence lines: the 1–3 lines or sentences of a source that best answer the question.
 
-A chunk's body is cut into *evidence units* (:func:`evidence_units`): hard-wrapped prose
-is re-joined and split into sentences, a log or shift-log line stays one unit, an indented
-command or error string stays whole inside the sentence that introduces it. Units are only
-ever split at whitespace, so a command, path or error string is never cut mid-token.
-Header-like lines (``Subject:``, ``Author:``, ``Status: …``) are not evidence: the source
-card shows them already.
+Every source's whole record is cut into *evidence units* (:mod:`copilot.search.record`: lines and
+sentences, table rows with their column headers, command output with its prompt, each in its
+thread turn); this module scores them against the question and keeps the best of each source.
 
 Units are scored against the question by BM25 (Robertson & Zaragoza 2009, via
 ``rank_bm25``, over every unit of the question's sources, on Snowball-stemmed words) and by
@@ -34,8 +31,10 @@ import numpy as np
 from nltk.stem.snowball import SnowballStemmer
 from rank_bm25 import BM25Okapi
 
-from copilot.search.answer_kinds import COMMAND_WORDS, kind_match, question_kinds
+from copilot.search.answer_kinds import ACTION, kind_match, question_kinds
 from copilot.search.destructive import is_destructive
+from copilot.search.literals import literal_weight
+from copilot.search.record import EvidenceUnit
 
 #: Weights of :func:`score_units`, chosen on the sample and site2 sets (module docstring): the span
 #: is in the expected source's first evidence line for 47 of their 65 copy questions (35 before).
@@ -44,10 +43,10 @@ LITERAL = 0.4
 KIND = 0.8
 DENSE_WEIGHT = 0.2
 SHORTLIST = 12
-#: A unit of fewer words holding no literal is no evidence (a signature: "ADCoS shifter").
-MIN_WORDS = 3
-#: A unit longer than this (characters) is windowed at whitespace.
-MAX_UNIT_CHARS = 320
+#: For "what fixed it" over a thread: the bonus of an acting unit in the thread's last turn (scaled
+#: by its place in the thread), and the share of its score an attempt a later turn undid loses.
+RECENCY = 0.6
+SUPERSEDED = 0.5
 #: Units whose score is below this fraction of the source's best are not shown.
 RELATIVE_CUTOFF = 0.3
 #: The literal bonus is given in full to a unit whose lexical score (BM25 scaled to the best
@@ -59,11 +58,6 @@ RELEVANT_LEXICAL = 0.2
 #: in some evidence line 83 times (84).
 RELEVANT_COSINE = 0.4
 
-_META = re.compile(r"^(subject|author|from|to|type|category|in reply to|reply to|date|status|labels|site|priority|"
-                   r"assignee|reporter|attachment|encoding|resolution|severity|affected site|id|title)\s*:",
-                   re.IGNORECASE)
-_LIST_OR_STAMP = re.compile(r"^(?:[-*•>#|]|\d+[.)]\s|\d{4}-\d\d-\d\d|\[\d{4}-|\d\d:\d\d)")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[\"'`])")
 _WORD = re.compile(r"\w+")
 
 
@@ -71,74 +65,6 @@ class Embedder(Protocol):
     """What the highlighter needs of :class:`ingestion.embedding.Embedder`."""
 
     def embed_array(self, texts: list[str]) -> np.ndarray: ...
-
-
-def _joins(prev: str, nxt: str) -> bool:
-    """Whether physical line ``nxt`` continues the logical line ending with ``prev``."""
-    stripped = nxt.strip()
-    if not stripped or prev.rstrip().endswith((".", "!", "?", ";")) or _META.match(stripped):
-        return False
-    if prev.rstrip().endswith(":"):  # "Freed space with:" introduces the command on the next line
-        return True
-    if _LIST_OR_STAMP.match(stripped):
-        return False
-    if stripped[0].islower():
-        return True
-    # an indented command / error string introduced by a plain line ("They deployed", "reason string:")
-    return nxt[:1].isspace() and not prev[:1].isspace()
-
-
-def _window(unit: str) -> list[str]:
-    """``unit`` cut at whitespace into pieces of at most :data:`MAX_UNIT_CHARS` (a longer
-    single token stays whole)."""
-    if len(unit) <= MAX_UNIT_CHARS:
-        return [unit]
-    pieces, current = [], ""
-    for token in unit.split(" "):
-        if current and len(current) + 1 + len(token) > MAX_UNIT_CHARS:
-            pieces.append(current)
-            current = token
-        else:
-            current = f"{current} {token}" if current else token
-    return pieces + ([current] if current else [])
-
-
-def evidence_units(body: str, title: str = "") -> list[str]:
-    """Split a chunk body (its header line removed) into evidence units, in text order.
-
-    Args:
-        body: the text.
-        title: the document's title: a line that only repeats it (``OPS-103: <title>``) is
-            no evidence.
-    Returns:
-        Units with whitespace collapsed; metadata, title and blank lines dropped.
-    """
-    title = " ".join(title.split())
-    logical: list[list[str]] = []
-    after_blank = False  # a blank line follows the current logical line
-    for line in body.splitlines():
-        if not line.strip():
-            after_blank = True
-            continue
-        current = logical[-1] if logical else []
-        # across a blank line, only an indented block continues a line ending in ":" (its command)
-        joins = bool(current) and (line[:1].isspace() and current[-1].rstrip().endswith(":") if after_blank
-                                   else _joins(current[-1], line))
-        if joins:
-            current.append(line)
-        else:
-            logical.append([] if _META.match(line.strip()) else [line])
-        after_blank = False
-    units: list[str] = []
-    for lines in logical:
-        text = " ".join(" ".join(line.split()) for line in lines)
-        words = len(_WORD.findall(text))
-        repeats_title = title and text.endswith(title) and len(text) <= len(title) + 24
-        if words < 2 or words < MIN_WORDS and not literal_weight(text) or repeats_title:
-            continue
-        for sentence in _SENTENCE_END.split(text):
-            units.extend(_window(sentence.strip()))
-    return units
 
 
 _STEM = SnowballStemmer("english")
@@ -154,24 +80,6 @@ def _terms(text: str) -> list[str]:
     """BM25 terms: lower-cased words, Snowball-stemmed (Porter 2001), so "rolled" meets
     "roll back" and "draining" meets "drain"."""
     return [_stem(w) for w in _WORD.findall(text.lower())]
-
-
-_LITERAL = re.compile(
-    r"`[^`]+`"                                    # inline code
-    r"|(?:^|\s)(?:/[\w.@+-]+){2,}"                 # a path
-    r"|\b[\w.-]+\s?=\s?\S+"                       # key=value, settings
-    r"|(?:^|\s)--?[a-z][\w-]*"                     # a command-line flag
-    r"|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"              # an ERROR_CODE
-    r"|\b\w[\w-]*\.\w[\w-]*\.\w+"                 # a host name or dotted id
-    r"|\b\d+(?:[.,]\d+)?\s?(?:%|[kMGT]i?B|dBm|[AVW]|kg|°C|s|ms|h)\b"  # a measured value
-    rf"|\b(?:{COMMAND_WORDS}|dmesg)\s+\S+",
-)
-
-
-def literal_weight(unit: str) -> float:
-    """1.0 when ``unit`` holds a literal an operator copies (command, path, setting, error
-    code, host name, measured value), else 0.0."""
-    return 1.0 if _LITERAL.search(unit) else 0.0
 
 
 @dataclass(frozen=True)
@@ -193,9 +101,11 @@ class UnitWeights:
     literal: float = LITERAL
     kind: float = KIND
     shortlist: int = SHORTLIST
+    recency: float = RECENCY
+    superseded: float = SUPERSEDED
 
 
-def score_units(question: str, units_by_source: Sequence[Sequence[str]], embedder: Embedder | None,
+def score_units(question: str, units_by_source: Sequence[Sequence[EvidenceUnit | str]], embedder: Embedder | None,
                 weights: UnitWeights = UnitWeights()) -> list[ScoredUnit]:
     """Score every unit of every source against ``question``, with ``weights``.
 
@@ -204,24 +114,30 @@ def score_units(question: str, units_by_source: Sequence[Sequence[str]], embedde
     holding a literal (:func:`literal_weight`) gets ``literal`` × its relevance (lexical score /
     :data:`RELEVANT_LEXICAL`, capped at 1), and one holding the kind of answer the question asks
     for (:func:`copilot.search.answer_kinds.kind_match`) ``kind`` × its relevance; a destructive command
-    gets neither. The ``shortlist`` best units by that score are then re-scored as
+    gets neither. For a question asking what was done (the action kind) over a thread, a unit
+    holding an action gains ``recency`` × its relevance × its turn's place in the thread (0 for the
+    first turn, 1 for the last: the fix that stuck comes last), and an attempt a later turn undid
+    (:attr:`~copilot.search.record.EvidenceUnit.superseded`) loses ``superseded`` of its score.
+    The ``shortlist`` best units by that score are then re-scored as
     ``(1 − dense_weight) × (lexical + bonus) + dense_weight × cosine(question, unit)``, their
     bonus also scaled by cosine / :data:`RELEVANT_COSINE` (capped at 1); embedding every unit
     would cost ~1 s per question on 2 CPU cores, the shortlist ~0.1 s.
 
     Args:
         question: the operator's question.
-        units_by_source: per source, its evidence units.
+        units_by_source: per source, its evidence units (:func:`copilot.search.record.record_units`;
+            a plain string is a unit outside any thread).
         embedder: sentence embedder (normalised rows); ``None`` scores lexically only.
     Returns:
         One :class:`ScoredUnit` per unit, in input order.
     """
     dense_weight, follow, literal, kind, shortlist = (weights.dense_weight, weights.follow, weights.literal,
                                                       weights.kind, weights.shortlist)
-    flat = [(s, i, u) for s, units in enumerate(units_by_source) for i, u in enumerate(units)]
+    flat = [(s, i, u if isinstance(u, EvidenceUnit) else EvidenceUnit(u))
+            for s, units in enumerate(units_by_source) for i, u in enumerate(units)]
     if not flat:
         return []
-    bm25 = BM25Okapi([_terms(u) or ["_"] for _, _, u in flat])
+    bm25 = BM25Okapi([_terms(f"{u.text} {u.context}") or ["_"] for _, _, u in flat])
     lexical = np.asarray(bm25.get_scores(_terms(question)), dtype=np.float64)
     lexical = lexical / lexical.max() if lexical.max() > 0 else np.zeros_like(lexical)
     lifted = lexical.copy()
@@ -229,19 +145,28 @@ def score_units(question: str, units_by_source: Sequence[Sequence[str]], embedde
         if i > 0:
             lifted[k] = max(lifted[k], lexical[k] + follow * lexical[k - 1])
     asked = question_kinds(question)
-    safe = np.array([0.0 if is_destructive(u) else 1.0 for _, _, u in flat])
-    shape = literal * np.array([literal_weight(u) for _, _, u in flat]) \
-        + kind * np.array([kind_match(asked, u) for _, _, u in flat])
+    safe = np.array([0.0 if is_destructive(u.text) else 1.0 for _, _, u in flat])
+    shape = literal * np.array([literal_weight(u.text) for _, _, u in flat]) \
+        + kind * np.array([kind_match(asked, u.text) for _, _, u in flat])
+    if ACTION in asked:
+        shape += weights.recency * np.array([_thread_place(u) * kind_match(asked, u.text) for _, _, u in flat])
     bonus = safe * shape * _relevance(lifted, RELEVANT_LEXICAL)
-    score = lifted + bonus
+    kept = np.array([1 - weights.superseded if u.superseded and ACTION in asked else 1.0 for _, _, u in flat])
+    score = (lifted + bonus) * kept
     if embedder is not None and dense_weight > 0:
         best = np.argsort(-score, kind="stable")[:shortlist]
-        vectors = embedder.embed_array([question] + [flat[k][2] for k in best])
+        vectors = embedder.embed_array([question] + [flat[k][2].text for k in best])
         cosine = np.clip(vectors[1:] @ vectors[0], 0.0, 1.0)
         bonus[best] *= _relevance(cosine, RELEVANT_COSINE)
         score = (1 - dense_weight) * (lifted + bonus)
         score[best] += dense_weight * cosine
-    return [ScoredUnit(s, i, u, float(x)) for (s, i, u), x in zip(flat, score)]
+        score *= kept
+    return [ScoredUnit(s, i, u.shown, float(x)) for (s, i, u), x in zip(flat, score)]
+
+
+def _thread_place(unit: EvidenceUnit) -> float:
+    """Where ``unit``'s turn stands in its thread: 0 for the first turn, 1 for the last (0 outside a thread)."""
+    return unit.turn / (unit.turns - 1) if unit.turns > 1 else 0.0
 
 
 def _relevance(score: np.ndarray, full: float) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from copilot.access import Access
-from copilot.answer.grounding import DocumentText, entity_order, question_entities
+from copilot.search.entities import DocumentText, entity_order, question_entities
 from copilot.search.retrieval import HybridRetriever, Passage
 from copilot.search.sources import Source, group_by_document, with_highlights
 from ingestion.documents import SearchFilter
@@ -35,9 +35,10 @@ class Searcher:
         and ``flt`` passes (filtered in the stores), numbered 1..max_sources, with their evidence lines.
 
         Documents holding every entity the question names (host, ticket, error code, day:
-        :mod:`copilot.answer.grounding`) come before near-duplicates that lack one; with ``max_sources``
+        :mod:`copilot.search.entities`) come before near-duplicates that lack one; with ``max_sources``
         >= 2 the best ELOG entry brings its parent or first reply along when that is not among them
-        (it takes the last place).
+        (it takes the last place). Each source carries its whole record (every chunk), and its evidence
+        lines are drawn from all of it (:mod:`copilot.search.record`).
         """
         passages = self.retriever.retrieve(question, max(self.retriever.candidates, PASSAGES_PER_SOURCE * max_sources),
                                            access.restrict(flt))
@@ -49,7 +50,8 @@ class Searcher:
         chosen = candidates[:max_sources]
         linked = self._linked(chosen, flt, access) if max_sources >= 2 else []
         chosen = chosen[:max_sources - len(linked)] + linked
-        chosen = [replace(c, n=i + 1) for i, c in enumerate(chosen)]
+        chosen = [replace(c, n=i + 1, record=tuple(self.store.lexical.document_chunks(c.doc_id)))
+                  for i, c in enumerate(chosen)]
         return with_highlights(question, chosen, self.store.embedder)
 
     def document_text(self, source: Source) -> DocumentText:

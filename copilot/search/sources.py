@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from copilot.search.highlights import Embedder, evidence_units, score_units, top_units
+from copilot.search.highlights import Embedder, score_units, top_units
+from copilot.search.record import record_text, record_units
 from copilot.search.retrieval import Passage
+from ingestion.documents import Chunk
 
 
 def chunk_header(text: str) -> str:
@@ -34,11 +36,14 @@ class Source:
         n: 1-based citation number (``[n]`` in the answer).
         passages: the document's matched chunks, best first (>= 1).
         highlights: the 1–3 evidence units that best answer the question, best first.
+        record: every chunk of the document, in order (empty when not read: the evidence lines
+            then come from ``passages`` alone).
     """
 
     n: int
     passages: tuple[Passage, ...]
     highlights: tuple[str, ...] = field(default_factory=tuple)
+    record: tuple[Chunk, ...] = field(default_factory=tuple)
 
     @property
     def doc_id(self) -> str:
@@ -74,6 +79,14 @@ class Source:
             last = p.chunk.index
         return "\n".join(parts)
 
+    def record_body(self) -> str:
+        """The whole record's text when it was read (:attr:`record`), else the matched chunks' (:meth:`body`)."""
+        return record_text(self.record) if self.record else self.body()
+
+    def haystack_chunks(self) -> list[Chunk]:
+        """The chunks an answer's literals are looked up in: the whole record when read, else the matched ones."""
+        return list(self.record) if self.record else [p.chunk for p in self.passages]
+
 
 def group_by_document(passages: Sequence[Passage], max_documents: int, max_chunks_per_document: int = 3
                       ) -> list[Source]:
@@ -93,8 +106,9 @@ def group_by_document(passages: Sequence[Passage], max_documents: int, max_chunk
 
 def with_highlights(question: str, sources: Sequence[Source], embedder: Embedder | None, limit: int = 3
                     ) -> list[Source]:
-    """``sources`` with their evidence lines for ``question`` (see :mod:`copilot.search.highlights`)."""
-    units = [evidence_units(s.body(), str(s.metadata.get("title") or "")) for s in sources]
+    """``sources`` with their evidence lines for ``question``, drawn from each whole record when it was
+    read (see :mod:`copilot.search.record` and :mod:`copilot.search.highlights`)."""
+    units = [record_units(s.record_body(), str(s.metadata.get("title") or "")) for s in sources]
     scored = score_units(question, units, embedder)
     return [replace(s, highlights=tuple(u.text for u in top_units(scored, i, limit))) for i, s in enumerate(sources)]
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from copilot.answer.grounding import MONTH_NAMES, question_entities
 from copilot.answer.prompting import ChatTurn
-from copilot.answer.quotes import token_kind
+from copilot.search.entities import MONTH_NAMES, question_entities
+from copilot.search.literals import token_kind
 
 #: A turn this short (words) is read as a follow-up of the previous question.
 MAX_FOLLOWUP_WORDS = 3
