@@ -12,7 +12,8 @@ from ingestion.files import discover_files
 from ingestion.loaders import load_bytes
 
 DATA = Path(__file__).resolve().parent.parent / "evals" / "data"
-SETS = {"sample": DATA, "site2": DATA / "site2", "site3": DATA / "site3", "site4": DATA / "site4"}
+SETS = {"sample": DATA, "site2": DATA / "site2", "site3": DATA / "site3", "site4": DATA / "site4",
+        "longrec": DATA / "longrec"}
 FILES = ("questions.jsonl", "followups.jsonl", "unanswerable.jsonl")
 
 

@@ -28,13 +28,16 @@ _ASKS: dict[str, re.Pattern[str]] = {
         r"\b(?:command|cmds?|commands|fix(?:ed|es)?|resolved?|workaround|how (?:did|was|were|do|does|to|can)\b"
         r"|what (?:was|were) (?:done|run|changed|added)|what did \w+(?: \w+){0,3} (?:do|change|set|add|run|use)"
         r"|setting|config(?:uration)? change|parameter|option|flag|changed|added|raised|lowered|set to"
-        r"|restart(?:ed)?|rolled back|roll back|generated?|creates?|enabled?|drain(?:ed|ing)?|freed|repack)\b",
+        r"|restart(?:ed)?|rolled back|roll back|generated?|creates?|enabled?|drain(?:ed|ing)?|freed|repack"
+        r"|sorted|solved|cured|did the trick|(?:what|which) (?:cmd|command|change)|in the end|eventually|for good)\b",
         re.IGNORECASE),
     ERROR: re.compile(r"\b(?:error|errors|message|logged|log|logs|said|say|says|printed|complain(?:ed|s)?"
                       r"|exception|traceback|reason string|status code|alarm|alert)\b", re.IGNORECASE),
     VALUE: re.compile(r"\b(?:how (?:much|many|big|long|large|high|low|fast|old|often)|what (?:level|value|size|rate|"
-                      r"temperature|voltage|power|percentage|version|number|threshold|limit)|which (?:ticket|case|"
-                      r"downtime|id|number|version|battery|block|fuse|port|vid|tape|drive|change))\b", re.IGNORECASE),
+                      r"temperature|voltage|power|percentage|version|number|threshold|limit|load|serial)|which "
+                      r"(?:ticket|case|downtime|id|number|version|battery|block|fuse|port|vid|tape|drive|change)"
+                      r"|at what|until when|valid until|expir(?:e|es|y)|not ?after|serial|use%|avail|free\w*|left on)\b"
+                      r"|%\s?use\b", re.IGNORECASE),
     PLACE: re.compile(r"\b(?:where|which (?:file|path|directory|folder)|what (?:file|path|directory|folder))\b",
                       re.IGNORECASE),
 }
@@ -53,6 +56,7 @@ _HOLDS: dict[str, re.Pattern[str]] = {
                       r"unable|denied|refused|timed? ?out|not found|no such|too many|exceeded|invalid|"
                       r"error)\b|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\[\d{3,5}\]|\b\w+\[\d+\]:|\"[^\"]{12,}\""),
     VALUE: re.compile(r"\b\d+(?:[.,]\d+)?\s?(?:%|[kMGTP]i?B|dBm|[AVW]|kVA|kW|bar|kg|°C|s|ms|min|h|TB|GB)\b"
+                      r"|\b(?:not ?after|not ?before|expires?|serial)\b\s*[=:]?\s*\S"
                       r"|\b[A-Z]{2,}[-_]?\d{3,}(?:-\d+)*\b|\b\d{1,3}(?:,\d{3})+\b|\b(?:bloc|block|fuse|port|ticket)\s+\S*\d"),
     PLACE: re.compile(r"(?:^|[\s:=(\"'`])(?:/[\w.@+{}*-]+){2,}"),
 }

@@ -115,6 +115,12 @@ def _squeeze(text: str) -> str:
     return re.sub(r"[-_.]", "", text.lower())
 
 
+def mentions(text: str, name: str) -> bool:
+    """Whether ``text`` names ``name``, case-insensitively, ignoring ``-``, ``_`` and ``.`` (``osd.17`` in
+    ``NAME osd.17``, ``xrd-gw02`` in ``xrd_gw02``)."""
+    return _squeeze(name) in _squeeze(text)
+
+
 @dataclass(frozen=True)
 class DocumentText:
     """A candidate document as the entity check sees it: its text and its dates (ISO)."""

@@ -31,8 +31,9 @@ import numpy as np
 from nltk.stem.snowball import SnowballStemmer
 from rank_bm25 import BM25Okapi
 
-from copilot.search.answer_kinds import ACTION, kind_match, question_kinds
+from copilot.search.answer_kinds import ACTION, VALUE, kind_match, question_kinds
 from copilot.search.destructive import is_destructive
+from copilot.search.entities import mentions, question_entities
 from copilot.search.literals import literal_weight
 from copilot.search.record import EvidenceUnit
 
@@ -44,9 +45,20 @@ KIND = 0.8
 DENSE_WEIGHT = 0.2
 SHORTLIST = 12
 #: For "what fixed it" over a thread: the bonus of an acting unit in the thread's last turn (scaled
-#: by its place in the thread), and the share of its score an attempt a later turn undid loses.
-RECENCY = 0.6
+#: by its place in the thread; :data:`SETTLED_RECENCY` when the question asks for the fix that stuck,
+#: "finally", "in the end"), and the share of its score an attempt a later turn undid loses.
+RECENCY = 0.3
+SETTLED_RECENCY = 0.8
 SUPERSEDED = 0.5
+#: The place in its thread of a line that says it is the fix that stuck ("Final fix: …"): past the last turn.
+SETTLED_PLACE = 1.25
+#: The bonus of a unit that names a host, ticket or other entity the question names (``osd.17``).
+ENTITY = 0.5
+_SETTLED_ASK = re.compile(r"\b(?:final(?:ly)?|in the end|eventually|for good|ultimately|at last|stuck|that held"
+                          r"|what (?:actually |really )?(?:fixed|solved|sorted))\b", re.IGNORECASE)
+#: A unit that says it is the fix that stuck counts as the thread's last turn.
+_SETTLED = re.compile(r"\b(?:final(?:ly)? fix(?:ed)?|fixed for good|the real fix|root cause (?:was|is)"
+                      r"|resolved (?:by|with)|solution|permanent(?:ly)? fix(?:ed)?|stable since)\b", re.IGNORECASE)
 #: Units whose score is below this fraction of the source's best are not shown.
 RELATIVE_CUTOFF = 0.3
 #: The literal bonus is given in full to a unit whose lexical score (BM25 scaled to the best
@@ -103,6 +115,7 @@ class UnitWeights:
     shortlist: int = SHORTLIST
     recency: float = RECENCY
     superseded: float = SUPERSEDED
+    entity: float = ENTITY
 
 
 def score_units(question: str, units_by_source: Sequence[Sequence[EvidenceUnit | str]], embedder: Embedder | None,
@@ -114,10 +127,12 @@ def score_units(question: str, units_by_source: Sequence[Sequence[EvidenceUnit |
     holding a literal (:func:`literal_weight`) gets ``literal`` × its relevance (lexical score /
     :data:`RELEVANT_LEXICAL`, capped at 1), and one holding the kind of answer the question asks
     for (:func:`copilot.search.answer_kinds.kind_match`) ``kind`` × its relevance; a destructive command
-    gets neither. For a question asking what was done (the action kind) over a thread, a unit
-    holding an action gains ``recency`` × its relevance × its turn's place in the thread (0 for the
-    first turn, 1 for the last: the fix that stuck comes last), and an attempt a later turn undid
-    (:attr:`~copilot.search.record.EvidenceUnit.superseded`) loses ``superseded`` of its score.
+    gets neither. A unit naming an entity the question names (a host, ticket, ``osd.17``:
+    :mod:`copilot.search.entities`) gains ``entity``. For a question asking what was done (the action
+    kind), a unit holding an action gains ``recency`` × its turn's place in the thread (0 for the first
+    turn, 1 for the last or for a line that says it is the final fix: the fix that stuck comes last;
+    :data:`SETTLED_RECENCY` when the question asks for the fix that stuck), and an attempt a later turn
+    undid (:attr:`~copilot.search.record.EvidenceUnit.superseded`) loses ``superseded`` of its score.
     The ``shortlist`` best units by that score are then re-scored as
     ``(1 − dense_weight) × (lexical + bonus) + dense_weight × cosine(question, unit)``, their
     bonus also scaled by cosine / :data:`RELEVANT_COSINE` (capped at 1); embedding every unit
@@ -148,9 +163,16 @@ def score_units(question: str, units_by_source: Sequence[Sequence[EvidenceUnit |
     safe = np.array([0.0 if is_destructive(u.text) else 1.0 for _, _, u in flat])
     shape = literal * np.array([literal_weight(u.text) for _, _, u in flat]) \
         + kind * np.array([kind_match(asked, u.text) for _, _, u in flat])
-    if ACTION in asked:
-        shape += weights.recency * np.array([_thread_place(u) * kind_match(asked, u.text) for _, _, u in flat])
     bonus = safe * shape * _relevance(lifted, RELEVANT_LEXICAL)
+    names = question_entities(question).names
+    if names:  # a unit naming what the question names, in a record not about it as a whole
+        bonus += weights.entity * np.array([any(mentions(f"{u.text} {u.context}", n) and not mentions(u.title, n)
+                                                for n in names) for _, _, u in flat])
+        if VALUE in asked:
+            bonus += weights.entity * np.array([_row_asked(question, names, u) for _, _, u in flat])
+    if ACTION in asked:
+        recency = weights.recency * (SETTLED_RECENCY / RECENCY if _SETTLED_ASK.search(question) else 1.0)
+        bonus += safe * recency * np.array([_thread_place(u) for _, _, u in flat])
     kept = np.array([1 - weights.superseded if u.superseded and ACTION in asked else 1.0 for _, _, u in flat])
     score = (lifted + bonus) * kept
     if embedder is not None and dense_weight > 0:
@@ -164,9 +186,23 @@ def score_units(question: str, units_by_source: Sequence[Sequence[EvidenceUnit |
     return [ScoredUnit(s, i, u.shown, float(x)) for (s, i, u), x in zip(flat, score)]
 
 
+def _row_asked(question: str, names: Sequence[str], unit: EvidenceUnit) -> float:
+    """1.0 for a table row that names an entity the question names and has a column the question names
+    (``FreeGb of wn-b017``), else 0.0."""
+    words = {w.strip("%").lower() for w in _WORD.findall(question)}
+    return float(bool(unit.columns) and any(c.strip("%").lower() in words for c in unit.columns)
+                 and any(mentions(unit.text, n) for n in names))
+
+
 def _thread_place(unit: EvidenceUnit) -> float:
-    """Where ``unit``'s turn stands in its thread: 0 for the first turn, 1 for the last (0 outside a thread)."""
-    return unit.turn / (unit.turns - 1) if unit.turns > 1 else 0.0
+    """Where an acting ``unit``'s turn stands in its thread: 0 for the first turn, 1 for the last or for a
+    unit that says it is the fix that stuck (0 outside a thread unless it says so, and for a unit that
+    does not act)."""
+    if _SETTLED.search(unit.text):
+        return SETTLED_PLACE
+    if unit.turns < 2 or unit.undoes or not kind_match(frozenset({ACTION}), unit.text):
+        return 0.0
+    return unit.turn / (unit.turns - 1)
 
 
 def _relevance(score: np.ndarray, full: float) -> np.ndarray:

@@ -44,11 +44,14 @@ _ACTS = re.compile(
     r"\b(?:fix(?:ed)?|set|added|changed|raised|lowered|increased|restarted|applied|deployed|replaced|rebooted|"
     r"reseated|swapped|upgraded|downgraded|patched|enabled|disabled|moved|ran|bumped|tuned|workaround)\b"
     r"|`[^`]+`|^\s*[$#] ", re.IGNORECASE | re.MULTILINE)
-#: A shell prompt line: ``[root@gw02 ~]# cmd``, ``user@host:~$ cmd``, ``gw02# cmd``, ``$ cmd``.
-_PROMPT = re.compile(r"^\s*(?:\[[\w.-]+@[\w.-]+[^\]]*\][#$]|[\w.-]+@[\w.-]+:\S*[#$]|[a-z][\w.-]*\d[\w.-]*[#$>]|\$)"
-                     r"\s+\S")
+#: A shell prompt line: ``[root@gw02 ~]# cmd``, ``user@host:~$ cmd``, ``gw02# cmd``, ``$ cmd``, ``# cmd``
+#: (a root prompt: ``#`` then a lower-case command word, unlike a Markdown heading).
+_PROMPT = re.compile(r"^\s*(?:\[[\w.-]+@[\w.-]+[^\]]*\][#$]|[\w.-]+@[\w.-]+:\S*[#$]|[a-z][\w.-]*\d[\w.-]*[#$>]|\$"
+                     r"|#(?= [a-z]))\s+\S")
+#: A prompt that names its host: ``[root@gw02 ~]#``, ``ops@gw02:~$``, ``gw02#``.
+_PROMPT_HOST = re.compile(r"^\s*(?:\[[\w.-]+@[\w.-]+|[\w.-]+@[\w.-]+:|[a-z][\w.-]*\d[\w.-]*[#$>])")
 #: A header cell: upper case (``%USE``, ``HOLD_REASON``, ``RAW``), or a capitalised column word.
-_HEADER_CELL = re.compile(r"^(?:%?[A-Z][A-Z0-9_%/.()-]*%?|[A-Z][a-z]+%?|[a-z]+%)$")
+_HEADER_CELL = re.compile(r"^(?:%?[A-Z][A-Z0-9_%/.()-]*%?|[A-Z][A-Za-z]+%?|[a-z]+%)$")
 #: A unit token that belongs to the number before it (``1.8 TiB``).
 _UNIT = re.compile(r"^(?:[KMGTPE]i?B|B|%|ms|s|days?|hrs?)$")
 #: Context shown beside a unit is cut to this many characters.
@@ -150,6 +153,9 @@ class EvidenceUnit:
         turns: how many turns the record has (1 when it is no thread).
         superseded: a later turn says this turn's attempt did not hold (reverted, didn't help).
         context: what makes it readable out of place: the shell prompt that printed it; ``""`` for none.
+        columns: for a table row, the column names it was read with (else empty).
+        title: the record's title (what every unit of it is about).
+        undoes: its turn says an earlier attempt did not hold ("reverted", "didn't help").
     """
 
     text: str
@@ -157,6 +163,9 @@ class EvidenceUnit:
     turns: int = 1
     superseded: bool = False
     context: str = ""
+    columns: tuple[str, ...] = ()
+    title: str = ""
+    undoes: bool = False
 
     @property
     def shown(self) -> str:
@@ -318,42 +327,44 @@ def record_units(text: str, title: str = "") -> list[EvidenceUnit]:
     """
     turns = split_turns(text.splitlines())
     undone = superseded_turns(turns)
-    return [EvidenceUnit(unit, k, len(turns), k in undone, context)
-            for k, turn in enumerate(turns) for unit, context in _turn_units(turn, title)]
+    return [EvidenceUnit(unit, k, len(turns), k in undone, context, columns, title,
+                         bool(k and _UNDOES.search("\n".join(turn))))
+            for k, turn in enumerate(turns) for unit, context, columns in _turn_units(turn, title)]
 
 
-def _turn_units(lines: Sequence[str], title: str) -> list[tuple[str, str]]:
-    """One turn's units with their prompt context: table rows rendered with their headers, a shell
-    prompt's output with that prompt, the rest as :func:`evidence_units` cuts it."""
+def _turn_units(lines: Sequence[str], title: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """One turn's units with their context: table rows rendered with their headers and the prompt that
+    printed them; output under a prompt that names its host (``[root@gw02 ~]#``) with that prompt, up
+    to a blank line; the rest as :func:`evidence_units` cuts it."""
     tables = {t.header: t for t in find_tables(lines)}
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, tuple[str, ...]]] = []
     plain: list[str] = []
-    context = ""
+    prompt = ""
 
-    def flush() -> None:
-        out.extend((unit, context) for unit in evidence_units("\n".join(plain), title))
+    def flush(context: str = "") -> None:
+        out.extend((unit, context, ()) for unit in evidence_units("\n".join(plain), title))
         plain.clear()
 
     i = 0
     while i < len(lines):
         line = lines[i]
         if i in tables:
-            flush()
+            flush(prompt if _PROMPT_HOST.match(prompt) else "")
             table = tables[i]
-            out.extend((render_row(line, lines[r]), context) for r in table.rows)
+            columns = tuple(c for _, _, c in _cells(line))
+            out.extend((render_row(line, lines[r]), prompt, columns) for r in table.rows)
             i = table.rows[-1] + 1
             continue
         if is_prompt(line):
-            flush()
-            context = ""
+            flush(prompt if _PROMPT_HOST.match(prompt) else "")
             plain.append(line)
             flush()
-            context = context_of(line)
-        elif not line.strip() and context:  # the output under a prompt ends at a blank line
-            flush()
-            context = ""
+            prompt = context_of(line)
+        elif not line.strip() and prompt:  # the output under a prompt ends at a blank line
+            flush(prompt if _PROMPT_HOST.match(prompt) else "")
+            prompt = ""
         else:
             plain.append(line)
         i += 1
-    flush()
+    flush(prompt if _PROMPT_HOST.match(prompt) else "")
     return out

@@ -104,11 +104,18 @@ def group_by_document(passages: Sequence[Passage], max_documents: int, max_chunk
     return [Source(i + 1, tuple(chunks)) for i, chunks in enumerate(groups.values())]
 
 
-def with_highlights(question: str, sources: Sequence[Source], embedder: Embedder | None, limit: int = 3
-                    ) -> list[Source]:
-    """``sources`` with their evidence lines for ``question``, drawn from each whole record when it was
-    read (see :mod:`copilot.search.record` and :mod:`copilot.search.highlights`)."""
+#: Evidence lines shown for the best source and for each other one: the same 9 lines as 3 × 3, weighted
+#: to the source that most often answers, whose answering line in a long record is often its 4th or 5th
+#: best (chosen on the sample, site2 and longrec tuning sets: ``copilot eval retrieval``'s evidence rows).
+FIRST_SOURCE_LINES = 5
+OTHER_SOURCE_LINES = 2
+
+
+def with_highlights(question: str, sources: Sequence[Source], embedder: Embedder | None) -> list[Source]:
+    """``sources`` with their evidence lines for ``question`` (:data:`FIRST_SOURCE_LINES` for the first,
+    :data:`OTHER_SOURCE_LINES` for each other), drawn from each whole record when it was read (see
+    :mod:`copilot.search.record` and :mod:`copilot.search.highlights`)."""
     units = [record_units(s.record_body(), str(s.metadata.get("title") or "")) for s in sources]
     scored = score_units(question, units, embedder)
-    return [replace(s, highlights=tuple(u.text for u in top_units(scored, i, limit))) for i, s in enumerate(sources)]
-
+    return [replace(s, highlights=tuple(u.text for u in top_units(
+        scored, i, FIRST_SOURCE_LINES if i == 0 else OTHER_SOURCE_LINES))) for i, s in enumerate(sources)]
