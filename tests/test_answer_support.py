@@ -51,7 +51,7 @@ def test_a_sibling_hosts_line_is_not_found_for_the_asked_host():
     question = "when does the xrootd-gw01 certificate expire?"
     text = "It expires on `notAfter=Oct 3 12:00:00 2027 GMT` [1]."
     quotes = check_literals(text, [GW02], question).quotes
-    assert sibling_subject(question, quotes, [GW02]) == ("xrootd-gw01", "xrootd-gw02")
+    assert sibling_subject(text, question, quotes, [GW02]) == ("xrootd-gw01", "xrootd-gw02")
     added, not_found = after_generation(question, text, [GW02])
     assert not_found and "not found for xrootd-gw01" in added and "[1] host certificates renewed" in added
 
@@ -63,7 +63,15 @@ def test_the_asked_hosts_own_line_or_record_is_an_answer():
     own = source(1, "gw01.elog#9", "xrootd-gw01 certificate", "see also xrootd-gw02\nnotAfter=Jan 1 2028",
                  ("notAfter=Jan 1 2028 (see xrootd-gw02)",))
     quotes = check_literals("`notAfter=Jan 1 2028` [1]", [own]).quotes
-    assert sibling_subject("xrootd-gw01 cert expiry?", quotes, [own]) is None
+    assert sibling_subject("`notAfter=Jan 1 2028` [1]", "xrootd-gw01 cert expiry?", quotes, [own]) is None
+
+
+def test_a_copied_value_without_a_literal_shape_is_read_from_its_line():
+    sr = source(1, "storage.elog#5", "disk swap", "ceph-osd11 controller swapped, Dell SR 1829102277 opened.",
+                ("ceph-osd11 controller swapped, Dell SR 1829102277 opened.",))
+    text = "ceph-osd11 controller swapped, Dell SR 1829102277 [1]"
+    added, not_found = after_generation("dell SR for the ceph-osd07 controller swap?", text, [sr])
+    assert not_found and "about ceph-osd11" in added
 
 
 def test_the_feed_appends_the_check_and_reports_not_found():

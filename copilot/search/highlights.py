@@ -50,6 +50,10 @@ SHORTLIST = 12
 RECENCY = 0.3
 SETTLED_RECENCY = 0.8
 SUPERSEDED = 0.5
+#: A line that confirms an earlier fix held ("24 h: no flaps", "two days stable") is not the fix.
+_CONFIRMS = re.compile(r"\b(?:no (?:flaps|errors|more|new|slow|further|recurrence)|(?:\w+ )?(?:days?|h|hours?|weeks?) "
+                       r"(?:stable|clean|quiet|green)|green since|confirmed|still (?:fine|ok|good|clean)|all good)\b",
+                       re.IGNORECASE)
 #: The place in its thread of a line that says it is the fix that stuck ("Final fix: …"): past the last turn.
 SETTLED_PLACE = 1.25
 #: The bonus of a unit that names a host, ticket or other entity the question names (``osd.17``).
@@ -195,12 +199,12 @@ def _row_asked(question: str, names: Sequence[str], unit: EvidenceUnit) -> float
 
 
 def _thread_place(unit: EvidenceUnit) -> float:
-    """Where an acting ``unit``'s turn stands in its thread: 0 for the first turn, 1 for the last or for a
-    unit that says it is the fix that stuck (0 outside a thread unless it says so, and for a unit that
-    does not act)."""
+    """Where an acting ``unit``'s turn stands in its thread: 0 for the first turn, 1 for the last, and
+    :data:`SETTLED_PLACE` for a unit that says it is the fix that stuck (0 outside a thread unless it says
+    so, and for a unit that does not act, undoes an attempt or only confirms that one held)."""
     if _SETTLED.search(unit.text):
         return SETTLED_PLACE
-    if unit.turns < 2 or unit.undoes or not kind_match(frozenset({ACTION}), unit.text):
+    if unit.turns < 2 or unit.undoes or _CONFIRMS.search(unit.text) or not kind_match(frozenset({ACTION}), unit.text):
         return 0.0
     return unit.turn / (unit.turns - 1)
 
