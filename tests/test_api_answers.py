@@ -34,7 +34,7 @@ def test_search_returns_documents_with_evidence_lines_and_no_model_call(client, 
     sources = r.json()["sources"]
     assert len(sources) == 5 and len({s["doc_id"] for s in sources}) == 5
     assert any("voms-cms-auth.cern.ch.lsc" in h for s in sources for h in s["highlights"])
-    assert all(1 <= len(s["highlights"]) <= 3 for s in sources)
+    assert 1 <= len(sources[0]["highlights"]) <= 5 and all(1 <= len(s["highlights"]) <= 2 for s in sources[1:])
     assert sample_service.models.engine.core.acceptance is passes
     r = client.post("/v1/search", json={"question": "OPS-107", "filters": {"doc_types": ["jira"]}})
     assert r.status_code == 200 and r.json()["sources"][0]["doc_id"].endswith("#OPS-107")
