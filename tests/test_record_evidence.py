@@ -8,7 +8,16 @@ from __future__ import annotations
 import pytest
 
 from copilot.search.highlights import score_units, top_units
-from copilot.search.record import EvidenceUnit, find_tables, record_text, record_units, render_row
+from copilot.search.record import (
+    MAX_RECORD_CHUNKS,
+    RECORD_WINDOW,
+    EvidenceUnit,
+    bounded_record,
+    find_tables,
+    record_text,
+    record_units,
+    render_row,
+)
 from copilot.search.retrieval import Passage
 from copilot.search.sources import Source, with_highlights
 from ingestion.chunking import Chunker
@@ -106,3 +115,10 @@ def test_plain_strings_are_units_outside_any_thread():
     scored = score_units("restart fts", [["systemctl restart fts-server", "weather is fine"]], None)
     assert scored[0].text == "systemctl restart fts-server"
     assert EvidenceUnit("x").shown == "x"
+
+
+def test_a_huge_record_gives_evidence_from_the_chunks_near_the_matched_ones():
+    chunks = [Chunk(f"big#{i}", "big", f"Document big\nline {i}", {"chunk_index": i}) for i in range(MAX_RECORD_CHUNKS + 50)]
+    assert len(bounded_record(chunks[:MAX_RECORD_CHUNKS], [0])) == MAX_RECORD_CHUNKS
+    kept = [c.index for c in bounded_record(chunks, [100])]
+    assert kept == list(range(100 - RECORD_WINDOW, 100 + RECORD_WINDOW + 1))

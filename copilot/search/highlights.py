@@ -1,4 +1,4 @@
-"""Evidence lines: the 1–3 lines or sentences of a source that best answer the question.
+"""Evidence lines: the lines or sentences of a source that best answer the question.
 
 Every source's whole record is cut into *evidence units* (:mod:`copilot.search.record`: lines and
 sentences, table rows with their column headers, command output with its prompt, each in its
@@ -44,6 +44,7 @@ LITERAL = 0.4
 KIND = 0.8
 DENSE_WEIGHT = 0.2
 SHORTLIST = 12
+#: The weights below were chosen on the sample, site2 and longrec tuning sets (issue 43).
 #: For "what fixed it" over a thread: the bonus of an acting unit in the thread's last turn (scaled
 #: by its place in the thread; :data:`SETTLED_RECENCY` when the question asks for the fix that stuck,
 #: "finally", "in the end"), and the share of its score an attempt a later turn undid loses.

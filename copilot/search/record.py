@@ -54,6 +54,10 @@ _PROMPT_HOST = re.compile(r"^\s*(?:\[[\w.-]+@[\w.-]+|[\w.-]+@[\w.-]+:|[a-z][\w.-
 _HEADER_CELL = re.compile(r"^(?:%?[A-Z][A-Z0-9_%/.()-]*%?|[A-Z][A-Za-z]+%?|[a-z]+%)$")
 #: A unit token that belongs to the number before it (``1.8 TiB``).
 _UNIT = re.compile(r"^(?:[KMGTPE]i?B|B|%|ms|s|days?|hrs?)$")
+#: A record of at most this many chunks (~200 KB) gives evidence lines from all of it; a longer one from
+#: the chunks within :data:`RECORD_WINDOW` of those retrieval matched.
+MAX_RECORD_CHUNKS = 200
+RECORD_WINDOW = 8
 #: Context shown beside a unit is cut to this many characters.
 MAX_CONTEXT_CHARS = 90
 #: A unit of fewer words holding no literal is no evidence (a signature: "ADCoS shifter").
@@ -173,6 +177,15 @@ class EvidenceUnit:
         and its context."""
         text = f"{self.text} (later reverted)" if self.superseded else self.text
         return f"{text} (output of `{self.context}`)" if self.context else text
+
+
+def bounded_record(chunks: Sequence[Chunk], matched: Sequence[int]) -> tuple[Chunk, ...]:
+    """The chunks of a record that its evidence lines are drawn from: all of them, or for a record of
+    more than :data:`MAX_RECORD_CHUNKS` chunks (a whole exported log file) those within
+    :data:`RECORD_WINDOW` chunks of a ``matched`` chunk index, so the cost of a question stays bounded."""
+    if len(chunks) <= MAX_RECORD_CHUNKS:
+        return tuple(chunks)
+    return tuple(c for c in chunks if any(abs(c.index - m) <= RECORD_WINDOW for m in matched))
 
 
 def record_text(chunks: Sequence[Chunk]) -> str:

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 from copilot.access import Access
 from copilot.search.entities import DocumentText, entity_order, question_entities
+from copilot.search.record import bounded_record
 from copilot.search.retrieval import HybridRetriever, Passage
 from copilot.search.sources import Source, group_by_document, with_highlights
-from ingestion.documents import SearchFilter
+from ingestion.documents import Chunk, SearchFilter
 from ingestion.stores.chunk_store import ChunkStore
 
 #: Passages fetched per source shown (documents have several chunks).
@@ -50,9 +51,13 @@ class Searcher:
         chosen = candidates[:max_sources]
         linked = self._linked(chosen, flt, access) if max_sources >= 2 else []
         chosen = chosen[:max_sources - len(linked)] + linked
-        chosen = [replace(c, n=i + 1, record=tuple(self.store.lexical.document_chunks(c.doc_id)))
-                  for i, c in enumerate(chosen)]
+        chosen = [replace(c, n=i + 1, record=self.record(c)) for i, c in enumerate(chosen)]
         return with_highlights(question, chosen, self.store.embedder)
+
+    def record(self, source: Source) -> tuple[Chunk, ...]:
+        """The chunks of ``source``'s record its evidence lines are drawn from (:func:`bounded_record`)."""
+        chunks = self.store.lexical.document_chunks(source.doc_id)
+        return bounded_record(chunks, [p.chunk.index for p in source.passages])
 
     def document_text(self, source: Source) -> DocumentText:
         """A source document's whole text and dates (for the entity and grounding checks)."""
