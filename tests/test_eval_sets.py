@@ -13,7 +13,7 @@ from ingestion.loaders import load_bytes
 
 DATA = Path(__file__).resolve().parent.parent / "evals" / "data"
 SETS = {"sample": DATA, "site2": DATA / "site2", "site3": DATA / "site3", "site4": DATA / "site4",
-        "longrec": DATA / "longrec"}
+        "longrec": DATA / "longrec", "site5": DATA / "site5"}
 FILES = ("questions.jsonl", "followups.jsonl", "unanswerable.jsonl")
 
 
