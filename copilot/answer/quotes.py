@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
+from copilot.answer.citations import cited_numbers
 from copilot.search.literals import STRIP_CHARS, TRAIL_CHARS, token_kind, trim_token
 from copilot.search.sources import Source
 
@@ -308,13 +309,12 @@ def _haystacks(sources: Sequence[Source]) -> list[_Haystack]:
     return out
 
 
-def _find(needle: str, haystacks: list[_Haystack], cited: int | None = None) -> tuple[_Haystack, int, int] | None:
-    """The first haystack holding ``needle`` (whitespace-normalised), with raw offsets; those of
-    source ``cited`` are looked in first."""
+def _find(needle: str, haystacks: list[_Haystack]) -> tuple[_Haystack, int, int] | None:
+    """The first haystack holding ``needle`` (whitespace-normalised), with raw offsets."""
     norm = _squash(needle)
     if not norm:
         return None
-    for h in sorted(haystacks, key=lambda h: h.n != cited):
+    for h in haystacks:
         i = h.norm.find(norm)
         if i >= 0:
             return h, h.where[i], h.where[i + len(norm) - 1] + 1
@@ -328,19 +328,15 @@ def _quote(lit: Literal, hit: tuple[_Haystack, int, int], cited: int | None) -> 
     return Quote(lit.text, lit.kind, lit.start, lit.end, h.n, h.doc_id, h.chunk_id, s, e, line, cited)
 
 
-_CITATION = re.compile(r"\[(\d+)\]")
-
-
 def cited_for(answer: str, end: int) -> int | None:
-    """The source the answer cites for the text ending at offset ``end``: the first ``[k]`` after it
-    on the same line (``None`` when the line cites none)."""
+    """The source the answer cites for the text ending at offset ``end``: the first number of the
+    first ``[k]`` marker after it on the same line (``None`` when the line cites none)."""
     line_end = answer.find("\n", end)
-    m = _CITATION.search(answer, end, len(answer) if line_end < 0 else line_end)
-    return int(m.group(1)) if m else None
+    numbers = cited_numbers(answer[end:] if line_end < 0 else answer[end:line_end])
+    return numbers[0] if numbers else None
 
 
-def _check_command(lit: Literal, haystacks: list[_Haystack], cited: int | None
-                   ) -> tuple[Literal, tuple[_Haystack, int, int]] | None:
+def _check_command(lit: Literal, haystacks: list[_Haystack]) -> tuple[Literal, tuple[_Haystack, int, int]] | None:
     """The longest stretch of a command line that a source holds and that keeps every one of its
     technical tokens and flags (``None`` when there is none)."""
     tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(lit.text)]
@@ -355,7 +351,7 @@ def _check_command(lit: Literal, haystacks: list[_Haystack], cited: int | None
             if hi < hi_min or hi >= len(tokens):
                 continue
             s, e = tokens[lo][0], tokens[hi][1]
-            hit = _find(lit.text[s:e], haystacks, cited)
+            hit = _find(lit.text[s:e], haystacks)
             if hit is not None:
                 return Literal(lit.text[s:e], lit.kind, lit.start + s, lit.start + e), hit
     return None
@@ -378,14 +374,15 @@ def check_literals(answer: str, sources: Sequence[Source], question: str = "") -
     quotes, unverified = [], []
     for lit in extract_literals(answer):
         cited = cited_for(answer, lit.end)
+        ordered = sorted(haystacks, key=lambda h: h.n != cited)  # the cited source's chunks first
         if lit.kind == "command":
-            found = _check_command(lit, haystacks, cited)
+            found = _check_command(lit, ordered)
             if found is not None:
                 sub, hit = found
                 quotes.append(_quote(sub, hit, cited))
                 continue
         else:
-            at = _find(lit.text, haystacks, cited)
+            at = _find(lit.text, ordered)
             if at is not None:
                 quotes.append(_quote(lit, at, cited))
                 continue

@@ -73,8 +73,13 @@ def _extract(sources: Sequence[Source]) -> str:
     return f"\n\n{EXTRACT_LABEL}: \"{source.highlights[0]}\" [{source.n}]"
 
 
+def entry_titles(sources: Sequence[Source]) -> str:
+    """``[n] title`` of each source, ``; ``-separated (cited, so the page links them)."""
+    return "; ".join(f"[{s.n}] {' '.join(str(s.metadata.get('title') or s.doc_id).split())}" for s in sources)
+
+
 def _closest(sources: Sequence[Source]) -> str:
-    titles = "; ".join(f"[{s.n}] {' '.join(str(s.metadata.get('title') or s.doc_id).split())}" for s in sources)
+    titles = entry_titles(sources)
     return f"\n\n{CLOSEST_LABEL} {titles}." if titles else ""
 
 

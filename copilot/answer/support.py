@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 
 from copilot.answer.quotes import Quote, check_literals
+from copilot.answer.shape import entry_titles
 from copilot.search.entities import question_entities
 from copilot.search.literals import token_kind
 from copilot.search.sources import Source
@@ -112,7 +113,6 @@ def after_generation(question: str, text: str, sources: Sequence[Source]) -> tup
     sibling = sibling_subject(text, question, quotes, sources)
     if sibling is not None:
         asked, other = sibling
-        titles = "; ".join(f"[{s.n}] {' '.join(str(s.metadata.get('title') or s.doc_id).split())}" for s in sources)
         return (f"\n\n{SUPPORT_LABEL}: not found for {asked}: the lines quoted are about {other}. "
-                f"The closest entries are {titles}."), True
+                f"The closest entries are {entry_titles(sources)}."), True
     return support_note(quotes), False
