@@ -5,6 +5,13 @@ with cosine distance; scores returned are cosine similarities (``1 - distance``)
 Every write is split into batches no larger than the client's ``get_max_batch_size()``.
 Metadata is sanitised for Chroma: None and empty lists dropped, lists kept as lists of
 strings (filterable with ``$contains``), other non-scalars as JSON strings.
+
+One client per store, shared by every thread and never replaced while in use: reads and writes
+of records hold the shared side of a readers-writer lock, and only replacing the client (re-reading
+another process's writes, a purge) holds the exclusive side. A purge closes the client before it
+rewrites ``chroma.sqlite3`` with Python's own SQLite: two SQLite libraries with one file open in one
+process share its POSIX locks, and closing either drops the other's (sqlite.org, "How To Corrupt An
+SQLite Database File", §2.2.1).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
+from readerwriterlock import rwlock
 
 from ingestion.documents import SearchFilter
 from ingestion.errors import StoreError
@@ -139,7 +147,24 @@ def make_client(path: Path | None = None, url: str | None = None) -> Any:
     if path is None:
         raise ValueError("a Chroma path or URL is required")
     path.mkdir(parents=True, exist_ok=True)
-    return chromadb.PersistentClient(path=str(path), settings=settings)
+    try:
+        return chromadb.PersistentClient(path=str(path), settings=settings)
+    except Exception:
+        forget_failed_client(path)
+        raise
+
+
+def forget_failed_client(path: Path) -> None:
+    """Drop the embedded Chroma system cached for ``path`` after its start failed.
+
+    chromadb caches one ``System`` per persist directory *before* starting it, and a start that
+    raises (a full disk, an unreadable file) leaves the half-built one in the cache: every later
+    client of the folder in this process reuses it and fails with "'RustBindingsAPI' object has no
+    attribute 'bindings'". A system that failed to start serves no client, so dropping it is safe.
+    """
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    SharedSystemClient._identifier_to_system.pop(str(path), None)
 
 
 class ChromaStore:
@@ -167,6 +192,7 @@ class ChromaStore:
         if url:
             parse_url(url)  # ValueError for a malformed URL, before any connection attempt
         self._max_batch: int | None = None
+        self._lock = rwlock.RWLockWrite()  # shared: using the client; exclusive: replacing it
         self._open()
 
     def _open(self) -> None:
@@ -197,14 +223,15 @@ class ChromaStore:
         if self.url:
             return
         log.info("re-opening the embedded Chroma at %s: another process changed it", self.path)
-        self.client.close()
-        self._open()
+        with self._lock.gen_wlock():
+            self._reopen_client()
 
     @property
     def max_batch_size(self) -> int:
         """Largest number of records one add/upsert/delete call may carry (from the client)."""
         if self._max_batch is None:
-            self._max_batch = int(self.client.get_max_batch_size())
+            with self._lock.gen_rlock():
+                self._max_batch = int(self.client.get_max_batch_size())
         return self._max_batch
 
     def upsert(self, ids: Sequence[str], embeddings: np.ndarray, texts: Sequence[str],
@@ -212,10 +239,11 @@ class ChromaStore:
         """Insert or replace records, in batches of at most :attr:`max_batch_size`."""
         size = self.max_batch_size
         for part in _batches(len(ids), size):
-            self.collection.upsert(
-                ids=list(ids[part]), embeddings=embeddings[part], documents=list(texts[part]),
-                metadatas=[sanitize_metadata(m) for m in metadatas[part]],
-            )
+            with self._lock.gen_rlock():
+                self.collection.upsert(
+                    ids=list(ids[part]), embeddings=embeddings[part], documents=list(texts[part]),
+                    metadatas=[sanitize_metadata(m) for m in metadatas[part]],
+                )
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete records by id (missing ids are ignored), in batches.
@@ -226,12 +254,13 @@ class ChromaStore:
         """
         ids = list(ids)
         for part in _batches(len(ids), self.max_batch_size):
-            got = self.collection.get(ids=ids[part], include=["embeddings"])
-            if got["ids"]:
-                blank = np.zeros((len(got["ids"]), len(got["embeddings"][0])), dtype=np.float32)
-                blank[:, 0] = 1.0
-                self.collection.upsert(ids=list(got["ids"]), embeddings=blank, documents=[""] * len(got["ids"]))
-            self.collection.delete(ids=ids[part])
+            with self._lock.gen_rlock():
+                got = self.collection.get(ids=ids[part], include=["embeddings"])
+                if got["ids"]:
+                    blank = np.zeros((len(got["ids"]), len(got["embeddings"][0])), dtype=np.float32)
+                    blank[:, 0] = 1.0
+                    self.collection.upsert(ids=list(got["ids"]), embeddings=blank, documents=[""] * len(got["ids"]))
+                self.collection.delete(ids=ids[part])
 
     def purge(self) -> list[str]:
         """Remove deleted records' bytes from the embedded Chroma's files (see :func:`purge_embedded`).
@@ -244,12 +273,17 @@ class ChromaStore:
             return [f"the Chroma server at {self.url} keeps deleted records' bytes in its own files until its "
                     "log is purged and its database vacuumed (`chroma vacuum --path ...` on the server)"]
         assert self.path is not None
-        with self._sync_threshold(1):
-            self.collection.count()  # replays the log into the HNSW writer, which persists; Chroma purges the log
-        left = purge_embedded(self.path / "chroma.sqlite3", str(self.collection.id))
-        for header in self.path.glob("*/header.bin"):
-            zero_unused_hnsw_slots(header.parent)
-        self._reopen_client()
+        with self._lock.gen_wlock():
+            with self._sync_threshold(1):
+                self.collection.count()  # replays the log into the HNSW writer, which persists; Chroma purges the log
+            collection_id = str(self.collection.id)
+            self.client.close()  # no SQLite of Chroma's has the file open while ours rewrites it
+            try:
+                left = purge_embedded(self.path / "chroma.sqlite3", collection_id)
+                for header in self.path.glob("*/header.bin"):
+                    zero_unused_hnsw_slots(header.parent)
+            finally:
+                self._open()
         if left:
             return [f"Chroma's log still holds {left} record(s) of collection {self.collection_name!r} "
                     "(another client of this Chroma in this process keeps its HNSW unsaved)"]
@@ -261,7 +295,8 @@ class ChromaStore:
 
     @contextlib.contextmanager
     def _sync_threshold(self, value: int) -> Iterator[None]:
-        """Run with the collection's HNSW ``sync_threshold`` at ``value`` (restored after).
+        """Run with the collection's HNSW ``sync_threshold`` at ``value`` (restored after); the caller
+        holds the lock's exclusive side.
 
         Chroma persists its HNSW index, and records how far the log is applied, only every
         ``sync_threshold`` records (1000 by default); it purges the log (``embeddings_queue``,
@@ -283,9 +318,11 @@ class ChromaStore:
     def close(self) -> None:
         """Close the client: an embedded Chroma left open keeps its segments (and its unsaved
         HNSW index) cached in this process, which later clients of the same folder share."""
-        self.client.close()
+        with self._lock.gen_wlock():
+            self.client.close()
 
     def _reopen_client(self) -> None:
+        """Replace the client (the caller holds the lock's exclusive side)."""
         self.client.close()
         self._open()
 
@@ -305,10 +342,11 @@ class ChromaStore:
             sources = self.folder_sources(flt.source_folders)  # per query: the stored sources change
             if not sources:
                 return []
-        result = self.collection.query(
-            query_embeddings=np.asarray([embedding], dtype=np.float32), n_results=int(k),
-            where=build_where(flt, sources), include=["distances", "documents", "metadatas"],
-        )
+        with self._lock.gen_rlock():
+            result = self.collection.query(
+                query_embeddings=np.asarray([embedding], dtype=np.float32), n_results=int(k),
+                where=build_where(flt, sources), include=["distances", "documents", "metadatas"],
+            )
         ids = result["ids"][0] if result["ids"] else []
         distances = (result.get("distances") or [[]])[0]
         docs = (result.get("documents") or [[]])[0]
@@ -320,7 +358,8 @@ class ChromaStore:
         out: dict[str, np.ndarray] = {}
         ids = list(ids)
         for part in _batches(len(ids), self.max_batch_size):
-            got = self.collection.get(ids=ids[part], include=["embeddings"])
+            with self._lock.gen_rlock():
+                got = self.collection.get(ids=ids[part], include=["embeddings"])
             for cid, emb in zip(got["ids"], got["embeddings"]):
                 out[cid] = np.asarray(emb, dtype=np.float32)
         return out
@@ -331,7 +370,8 @@ class ChromaStore:
         offset = 0
         size = self.max_batch_size
         while True:
-            got = self.collection.get(include=[], limit=size, offset=offset)
+            with self._lock.gen_rlock():
+                got = self.collection.get(include=[], limit=size, offset=offset)
             out.extend(got["ids"])
             if len(got["ids"]) < size:
                 return out
@@ -339,11 +379,13 @@ class ChromaStore:
 
     def count(self) -> int:
         """Number of records in the collection."""
-        return int(self.collection.count())
+        with self._lock.gen_rlock():
+            return int(self.collection.count())
 
     def heartbeat(self) -> None:
         """Raise if the Chroma client or server does not answer."""
-        self.client.heartbeat()
+        with self._lock.gen_rlock():
+            self.client.heartbeat()
 
 
 def purge_embedded(sqlite_path: Path, collection_id: str, timeout_s: float = 30.0) -> int:
