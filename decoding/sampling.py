@@ -41,7 +41,9 @@ def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int = 0, to
         logits: ``(..., vocab)`` any float dtype.
         temperature: > 0.
         top_k: keep the k largest logits (0 = all).
-        top_p: keep the smallest set of tokens whose mass reaches top_p (1.0 = all).
+        top_p: keep the smallest set of tokens whose mass reaches top_p (1.0 = all); the most likely
+            token is always kept (``min_tokens_to_keep=1``, as transformers' ``TopPLogitsWarper``), so a
+            ``top_p`` too small for any token to reach never empties the row.
 
     Returns:
         float32 ``(..., vocab)``: log-probabilities up to a per-row constant (the row maximum
@@ -58,6 +60,7 @@ def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int = 0, to
         sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
         cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
         drop_sorted = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before this token already >= p
+        drop_sorted[..., 0] = False  # rounding can put the top token's own "mass before" above a tiny top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

@@ -20,7 +20,7 @@ from scipy.stats import chisquare
 from decoding import Budget, GenerationConfig, Sampling, Speculation, SpeculativeEngine
 from decoding.core import EngineConfig
 from decoding.planning.policy import CostModel, PolicyConfig
-from decoding.sampling import logits_to_probs
+from decoding.sampling import filtered_logits, logits_to_probs
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -197,3 +197,13 @@ def test_a_seed_reproduces_after_other_requests(tiny_models, micro, prompt):
 def test_a_tiny_temperature_is_a_point_mass_not_nan():
     probs = logits_to_probs(torch.tensor([[1.0, 2.0, 2.0 - 1e-3, -float("inf")]]), 1e-45)
     assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("top_p", [1e-300, 1e-45, 0.0])
+def test_a_top_p_no_token_reaches_keeps_the_most_likely_one(top_p):
+    """Issue 46: ``top_p`` 1e-300 (0 in float32) once filtered out every token, and sampling then
+    answered token id 0 ("!") over and over; the most likely token is always kept."""
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 5
+    kept = filtered_logits(logits, 1.0, 0, top_p) > float("-inf")
+    assert kept.sum(-1).tolist() == [1, 1, 1]
+    assert torch.equal(kept.float().argmax(-1), logits.argmax(-1))
