@@ -234,3 +234,12 @@ def test_empty_store_answers_that_there_is_no_context(empty_client, sse_events):
     assert r.json()["choices"][0]["finish_reason"] == "stop" and r.json()["usage"]["completion_tokens"] > 0
     assert empty_client.get("/v1/documents").json()["total"] == 0
     assert empty_client.get("/readyz").json()["chunks"] == 0
+
+
+def test_no_budget_is_retrieval_only(client):
+    """Issue 46: ``max_new_tokens`` 0 once answered with a labelled extract saying "the model gave no
+    answer of its own"; with no budget there is no model answer to judge: an empty answer and its sources."""
+    question = "Which command restarted the dCache pool on dc-pool-07?"
+    body = client.post("/v1/ask", json={"question": question, "max_new_tokens": 0}).json()
+    assert body["answer"] == "" and body["sources"] and body["sources"][0]["highlights"]
+    assert not body["not_found"] and body["quotes"] == [] and body["stats"].get("added") is None

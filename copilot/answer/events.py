@@ -49,12 +49,19 @@ class AnswerFeed:
     """Turns one answer's engine events into answer events (:class:`AnswerEvent`) as they arrive, with the
     citations checked (:mod:`copilot.answer.citations`): a ``[n]`` naming none of ``n_sources``
     sources is removed from the deltas and the result's text. Push-style, so a scheduler that
-    steps many answers in one batch can feed each its own events."""
+    steps many answers in one batch can feed each its own events.
 
-    def __init__(self, n_sources: int | None, sources: Sequence[Source] = (), question: str = "") -> None:
+    Args:
+        judged: add the service's labelled additions to the finished answer; ``False`` for an answer
+            with no budget (``max_new_tokens`` 0: retrieval only, there is no model answer to judge).
+    """
+
+    def __init__(self, n_sources: int | None, sources: Sequence[Source] = (), question: str = "",
+                 judged: bool = True) -> None:
         self.citations = CitationFilter(n_sources) if n_sources is not None else None
         self.sources = list(sources)  # the question's own: what an addition quotes or lists
         self.question = question
+        self.judged = judged
 
     @classmethod
     def for_prepared(cls, prepared: Prepared) -> "AnswerFeed":
@@ -62,7 +69,8 @@ class AnswerFeed:
         the text as generated otherwise."""
         if not prepared.question.retrieves:
             return cls(None)
-        return cls(len(prepared.prompt.sources), prepared.prompt.turn_sources, prepared.question.text)
+        return cls(len(prepared.prompt.sources), prepared.prompt.turn_sources, prepared.question.text,
+                   judged=prepared.config.budget.max_new_tokens > 0)
 
     def convert(self, event: StreamEvent) -> AnswerEvent:
         """The answer event for an engine event (the last one carries the result, and after the
@@ -75,6 +83,8 @@ class AnswerFeed:
             return AnswerEvent(delta)
         delta += self.citations.finish()
         event.result.text = self.citations.text
+        if not self.judged:
+            return AnswerEvent(delta, event.result, self.citations.invalid)
         added, model_not_found = addition(self.citations.text, self.sources)
         if not added and not model_not_found and self.sources:
             added, model_not_found = after_generation(self.question, self.citations.text, self.sources)

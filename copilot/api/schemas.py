@@ -58,7 +58,8 @@ class AskRequest(BaseModel):
                                     "(default: the max_sources setting, else the prompt style's)")
     top_k: Int | None = Field(None, ge=1, le=100, deprecated=True, description="deprecated name of max_sources")
     max_new_tokens: Int | None = Field(None, ge=0, description="answer budget in tokens (default: the "
-                                       "max_new_tokens setting; at most max_new_tokens_cap)")
+                                       "max_new_tokens setting; at most max_new_tokens_cap); 0 = retrieval "
+                                       "only: the sources and their evidence lines with an empty answer")
     stream: Bool = Field(False, description="Server-Sent Events: deltas, then one final event")
     filters: Filters | None = None
     history: list[HistoryMessage] = Field(default_factory=list, max_length=50)
