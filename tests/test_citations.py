@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copilot.answer.citations import CitationFilter, check_citations, cited_numbers, strip_citations
+from copilot.answer.citations import MAX_GAP, CitationFilter, check_citations, cited_numbers, strip_citations
 
 
 def test_invalid_numbers_are_removed_valid_ones_kept():
@@ -40,3 +40,16 @@ def test_streamed_deltas_add_up_to_the_checked_text(pieces, n_sources, data):
     out += flt.finish()
     assert out == check_citations(raw, n_sources)[0] == flt.text
     assert flt.invalid == check_citations(raw, n_sources)[1]
+
+
+def test_whitespace_before_a_removed_marker_is_bounded_and_streams_alike():
+    """Issue 46: the marker pattern once rescanned a run of spaces from each of its positions
+    (quadratic: 40,000 spaces took 6 s, holding the GIL). At most MAX_GAP characters of whitespace
+    go with a removed marker, whole or streamed one character at a time."""
+    raw = "a" + " " * (MAX_GAP + 36) + "[9] b"
+    whole, invalid = check_citations(raw, 1)
+    assert whole == "a" + " " * 36 + " b" and invalid == [9]
+    flt = CitationFilter(1)
+    streamed = "".join(flt.push(ch) for ch in raw) + flt.finish()
+    assert streamed == whole == flt.text and flt.invalid == [9]
+    assert strip_citations("x" + " " * 150_000 + "y [1]") == "x" + " " * 150_000 + "y"

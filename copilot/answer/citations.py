@@ -2,9 +2,12 @@
 
 A marker is ``[n]`` or a list ``[n, m]`` (``,`` or ``;``), numbers of 1–3 digits. A
 number outside ``1..n_sources`` names nothing: it is removed from its marker, and a marker
-left empty is removed with the whitespace before it. :class:`CitationFilter` does the same
-on a stream of text deltas, holding back only a marker still being written (and trailing
-whitespace), so the streamed deltas add up to the final, checked text.
+left empty is removed with the whitespace before it (at most :data:`MAX_GAP` characters of it).
+:class:`CitationFilter` does the same on a stream of text deltas, holding back only a marker still
+being written (and trailing whitespace), so the streamed deltas add up to the final, checked text.
+
+Every pattern is linear in the text: the whitespace before a marker is bounded, so a run of
+spaces is never rescanned from each of its positions, and the filter checks each delta's text once.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_MARKER = re.compile(r"(\s*)\[(\d{1,3}(?:\s*[,;]\s*\d{1,3})*)\]")
-_PARTIAL = re.compile(r"\s*\[[\d\s,;]{0,24}$|\s+$")
+#: Whitespace before a marker removed with it, at most (characters).
+MAX_GAP = 64
+_MARKER = re.compile(rf"(\s{{0,{MAX_GAP}}})\[(\d{{1,3}}(?:\s*[,;]\s*\d{{1,3}})*)\]")
+_PARTIAL = re.compile(rf"\s{{0,{MAX_GAP}}}\[[\d\s,;]{{0,24}}$|\s{{1,{MAX_GAP}}}$")
 _NUMBER = re.compile(r"\d+")
 
 
@@ -56,29 +61,31 @@ class CitationFilter:
     """
 
     n_sources: int
-    raw: str = ""
-    emitted: str = ""
+    held: str = ""  # raw text not yet checked: a marker still being written, trailing whitespace
+    parts: list[str] = field(default_factory=list)  # the checked text, delta by delta
     invalid: list[int] = field(default_factory=list)
 
     def push(self, delta: str) -> str:
         """Add a raw delta; return the checked text that is now final."""
-        self.raw += delta
-        partial = _PARTIAL.search(self.raw)
-        return self._emit(self.raw[: partial.start()] if partial else self.raw)
+        self.held += delta
+        partial = _PARTIAL.search(self.held)
+        return self._emit(partial.start() if partial else len(self.held))
 
     def finish(self) -> str:
         """The rest of the checked text once the answer is complete."""
-        return self._emit(self.raw)
+        return self._emit(len(self.held))
 
     @property
     def text(self) -> str:
         """The checked text emitted so far (the whole answer after :meth:`finish`)."""
-        return self.emitted
+        return "".join(self.parts)
 
-    def _emit(self, raw: str) -> str:
-        checked, self.invalid = check_citations(raw, self.n_sources)
-        # Markers and the whitespace before them are held back until complete, so the
-        # checked text only grows (tests/test_citations.py checks it by property).
-        delta = checked[len(self.emitted):]
-        self.emitted = checked
+    def _emit(self, upto: int) -> str:
+        # Markers and the whitespace before them are held back until complete, so each piece of
+        # text is checked once and the checked text only grows (tests/test_citations.py checks it
+        # by property); only the held tail is kept, so a long answer is never copied per delta.
+        delta, invalid = check_citations(self.held[:upto], self.n_sources)
+        self.held = self.held[upto:]
+        self.invalid = list(dict.fromkeys(self.invalid + invalid))
+        self.parts.append(delta)
         return delta
