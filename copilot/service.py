@@ -219,7 +219,8 @@ class CopilotService:
         t0 = time.perf_counter()
         if not question.retrieves:
             return Prepared(question, self._unretrieved_prompt(question), (time.perf_counter() - t0) * 1000)
-        sources = self.search(question.text, question.max_sources, question.flt, question.access)
+        # question.text was checked as typed; a follow-up rewritten with an earlier turn may be longer
+        sources = self.searcher.search(question.text, question.max_sources, question.flt, question.access)
         tokenizer = self.models.loaded().target.tokenizer
         turns = self._earlier_turns(question) if sources else []
         prompt = build_conversation_prompt(tokenizer, question.text, sources, question.prompt_budget, turns,
@@ -244,7 +245,7 @@ class CopilotService:
                 text = standalone_question(self._clean(history[i].content), history[:i])
             except ValueError:
                 return []
-            sources = self.search(text, question.max_sources, question.flt, question.access)
+            sources = self.searcher.search(text, question.max_sources, question.flt, question.access)
             turns.append(EarlierTurn(text, tuple(sources), history[i + 1].content))
         return turns
 

@@ -243,3 +243,16 @@ def test_no_budget_is_retrieval_only(client):
     body = client.post("/v1/ask", json={"question": question, "max_new_tokens": 0}).json()
     assert body["answer"] == "" and body["sources"] and body["sources"][0]["highlights"]
     assert not body["not_found"] and body["quotes"] == [] and body["stats"].get("added") is None
+
+
+def test_a_long_earlier_turn_does_not_refuse_a_short_follow_up(client):
+    """Issue 46: the question limit applies to what the user typed, not to the follow-up rewritten with
+    an earlier turn of 4,100 characters (history allows 20,000): was a 400 "the question has 4134
+    characters; the limit is 4000"."""
+    earlier = "Which command restarted the dCache pool on dc-pool-07? " + "context " * 510
+    history = [{"role": "user", "content": earlier}, {"role": "assistant", "content": "systemctl restart [1]"}]
+    r = client.post("/v1/ask", json={"question": "and the token?", "history": history, "max_new_tokens": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["sources"]
+    too_long = client.post("/v1/ask", json={"question": "x" * 4001, "max_new_tokens": 0})
+    assert too_long.status_code == 400 and "limit is 4000" in too_long.text
