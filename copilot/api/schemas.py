@@ -13,6 +13,7 @@ from copilot.access import FULL_ACCESS, Access
 from copilot.answer.assembly import Answer
 from copilot.answer.prompting import ChatTurn
 from copilot.answer.question import QuestionRequest
+from copilot.api.footer import strip_sources_footer
 from copilot.api.knobs import generation_params
 from copilot.search.destructive import find_destructive
 from copilot.search.filters import Filters, JSONObject, Text
@@ -97,7 +98,8 @@ class AskRequest(BaseModel):
         """The request for :meth:`copilot.service.CopilotService.question`, every knob under its own name."""
         return QuestionRequest(self.question, max_sources=self.max_sources,
                                flt=self.filters.to_search_filter() if self.filters else None,
-                               history=tuple(ChatTurn(m.role, m.content) for m in self.history), access=access,
+                               history=tuple(ChatTurn(m.role, strip_sources_footer(m.content) if m.role == "assistant"
+                                                      else m.content) for m in self.history), access=access,
                                generation=generation_params(self, self.max_new_tokens))
 
 

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
@@ -41,6 +39,7 @@ from copilot.answer.question import Question, QuestionRequest
 from copilot.api import generation
 from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep, SettingsDep
 from copilot.api.errors import ParameterError, error_body
+from copilot.api.footer import sources_footer, strip_sources_footer
 from copilot.api.openai_schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -65,42 +64,6 @@ STREAMED = streamed("`chat.completion.chunk` objects (the last with `finish_reas
                     "then `[DONE]`", 'data: {"object": "chat.completion.chunk", "choices": [{"delta": '
                     '{"content": "Restart"}}], ...}\n\ndata: [DONE]\n\n')
 
-#: Opens the sources footer of a message's content.
-FOOTER_HEADING = "\n\nSources:\n"
-_FOOTER_LINE = re.compile(r"\[\d+\] .*|Not in the sources — check before running: .*|⚠ Destructive — do not run: .*")
-#: Opens the footer's list of literals found in no source.
-UNVERIFIED_HEADING = "\nNot in the sources — check before running: "
-#: Opens the footer's list of destructive commands in the answer or the evidence shown.
-DESTRUCTIVE_HEADING = "\n⚠ Destructive — do not run: "
-
-
-def sources_footer(sources: list[SourceOut], unverified: Sequence[Mapping[str, object]] = (),
-                   destructive: Sequence[Mapping[str, object]] = ()) -> str:
-    """The footer listing ``sources`` for a message's content (empty without sources): a blank
-    line, ``Sources:``, then ``[n] title — source, date`` per source (title, else key, else
-    document id; the date when known); then, when the answer states literals found in no
-    source, a line ``Not in the sources — check before running: `a`, `b```; then, when the
-    answer (``destructive``: its marks, :mod:`copilot.search.destructive`) or a source's evidence holds
-    a destructive command, a line ``⚠ Destructive — do not run: `rm -rf /` [2], …`` (chat
-    clients show the content only, so the warning must be in it)."""
-    if not sources:
-        return ""
-    lines = []
-    for s in sources:
-        title = " ".join((s.title or s.key or s.doc_id).split())
-        where = s.source + (f", {s.created[:10]}" if s.created else "")
-        lines.append(f"[{s.n}] {title} — {where}")
-    footer = FOOTER_HEADING + "\n".join(lines)
-    literals = list(dict.fromkeys(u["literal"] for u in unverified))
-    if literals:
-        footer += UNVERIFIED_HEADING + ", ".join(f"`{x}`" for x in literals)
-    marked = {f"`{m['command']}`": None for m in destructive}
-    marked |= {f"`{m.command}` [{s.n}]": None for s in sources for m in s.destructive}
-    if marked:
-        footer += DESTRUCTIVE_HEADING + ", ".join(marked)
-    return footer
-
-
 def answer_footer(sources: list[SourceOut], answer: Answer, settings: Settings) -> str:
     """The :func:`sources_footer` of an answer (its unverified literals and destructive commands),
     or empty with ``openai_sources_footer`` off."""
@@ -108,15 +71,6 @@ def answer_footer(sources: list[SourceOut], answer: Answer, settings: Settings) 
         return ""
     trust = trust_fields(answer)
     return sources_footer(sources, trust["unverified"], trust["destructive"])
-
-
-def strip_sources_footer(text: str) -> str:
-    """``text`` without a trailing sources footer (as :func:`sources_footer` writes it)."""
-    at = text.rfind(FOOTER_HEADING)
-    if at < 0:
-        return text
-    tail = text[at + len(FOOTER_HEADING):].strip("\n").split("\n")
-    return text[:at] if tail and all(_FOOTER_LINE.fullmatch(line) for line in tail) else text
 
 
 def _texts(body: ChatCompletionRequest) -> list[str]:
