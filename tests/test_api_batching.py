@@ -146,18 +146,6 @@ def test_max_batch_below_one_is_a_settings_error(value, tmp_path):
         Settings(data_dir=tmp_path, max_batch=value, _env_file=None)
 
 
-def test_retry_after_comes_from_the_measured_drain_rate():
-    scheduler = BatchScheduler(lambda: InterleavedBatch(None), max_batch=2, max_queue=4, retry_after_s=1)
-    try:
-        assert scheduler.retry_after() == 1  # nothing measured yet: the floor
-        now = time.perf_counter()
-        scheduler._finished.extend([now - 10 + 2 * i for i in range(6)])  # one answer every 2 s
-        assert scheduler.drain_rate() == pytest.approx(0.5)
-        assert scheduler.retry_after() == 2  # the next slot frees in ~2 s
-    finally:
-        scheduler.close()
-
-
 def test_the_scheduler_refuses_a_batch_size_below_one():
     with pytest.raises(ValueError, match="max_batch"):
         BatchScheduler(lambda: InterleavedBatch(None), max_batch=0)

@@ -30,6 +30,7 @@ from copilot.serving.question_job import (
     PromptRefusedError,
     QuestionQueue,
 )
+from copilot.serving.reservations import ReservationKey
 from copilot.serving.scheduler import QueueFullError
 from decoding.config import GenerationSettingError
 
@@ -134,12 +135,13 @@ class HttpRun:
         return self.run.answer()
 
 
-def reservation_key(request: Request, endpoint: str, question: Question) -> str:
+def reservation_key(request: Request, endpoint: str, question: Question) -> ReservationKey:
     """Who asked what, for a reservation (:mod:`copilot.serving.reservations`): the caller (its
     ``Authorization`` header, else its address) and the checked question at ``endpoint`` —
-    the same request resent has the same key. A SHA-256 hex digest (the key is never kept)."""
+    the same request resent has the same key. SHA-256 hex digests (the caller is never kept)."""
     caller = request.headers.get("authorization") or (request.client.host if request.client else "")
-    return hashlib.sha256(f"{caller}\0{endpoint}\0{question!r}".encode()).hexdigest()
+    owner = hashlib.sha256(caller.encode()).hexdigest()
+    return ReservationKey(owner, hashlib.sha256(f"{owner}\0{endpoint}\0{question!r}".encode()).hexdigest())
 
 
 def start(request: Request, questions: QuestionQueue, question: Question, *, endpoint: str,

@@ -26,6 +26,7 @@ from copilot.answer.assembly import Answer, AnswerAssembler
 from copilot.answer.events import AnswerEvent, AnswerFeed, Prepared
 from copilot.answer.question import Question
 from copilot.service import CopilotService
+from copilot.serving.reservations import ReservationKey
 from copilot.serving.scheduler import DONE, AsyncJob, BatchLike, BatchScheduler, JobDone, QueueFullError
 from decoding.engine import StreamEvent
 
@@ -265,7 +266,7 @@ class QuestionQueue:
     scheduler: BatchScheduler
     metrics: QuestionMetrics
 
-    def submit(self, question: Question, endpoint: str, key: str, started: float) -> GenerationRun:
+    def submit(self, question: Question, endpoint: str, key: ReservationKey, started: float) -> GenerationRun:
         """Queue ``question``'s retrieval and decoding (must run on the handler's event loop).
 
         Args:

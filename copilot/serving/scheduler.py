@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterator, Protocol, Sequence, TypeVar
 
-from copilot.serving.reservations import Reservations
+from copilot.serving.reservations import ReservationKey, Reservations
 from decoding import GenerationConfig
 from decoding.engine import StreamEvent
 from decoding.logits import LogitsSettings
@@ -232,8 +232,8 @@ class BatchScheduler:
         self._queue: "queue.PriorityQueue[tuple[int, int, Job | None]]" = queue.PriorityQueue()
         self._arrivals = itertools.count()
         self.reservations = Reservations(max_reservations if max_reservations is not None else max_batch + max_queue)
+        self._held_s: deque[float] = deque(maxlen=32)  # seconds recent answers held their batch slot
         self._submit = threading.Lock()
-        self._finished: deque[float] = deque(maxlen=32)  # perf_counter() of recent completions
         self._running = 0
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="batch-scheduler", daemon=True)
@@ -255,33 +255,36 @@ class BatchScheduler:
         return self._running
 
     def drain_rate(self) -> float | None:
-        """Answers finished per second over the recent completions (None before two)."""
-        times = list(self._finished)
-        if len(times) < 2 or times[-1] <= times[0]:
+        """Answers per second a full batch finishes: ``max_batch`` ÷ the median time a recent answer
+        held its slot (None before two answers). Measured on the answers themselves, so idle
+        stretches between them do not read as a slow drain."""
+        held = sorted(self._held_s)
+        if len(held) < 2 or held[len(held) // 2] <= 0:
             return None
-        return (len(times) - 1) / (times[-1] - times[0])
+        return self.max_batch / held[len(held) // 2]
 
     def retry_after(self) -> int:
-        """Seconds a refused client should wait: the jobs ahead of it (waiting, and the places
-        reserved for earlier refused requests) ÷ the measured drain rate, at least
-        ``retry_after_s``, at most an hour."""
+        """Seconds a refused client should wait: the time the batch takes to free a slot for each
+        request ahead of it when it comes back (the places reserved for earlier refused requests,
+        which go first) and for itself, at the measured drain rate; at least ``retry_after_s``, at
+        most an hour."""
         rate = self.drain_rate()
         if rate is None:
             return self.retry_after_s
-        ahead = self.depth + len(self.reservations) + 1
+        ahead = len(self.reservations) + 1
         return max(self.retry_after_s, min(3600, math.ceil(ahead / rate)))
 
-    def submit(self, job: Job, key: str | None = None) -> Job:
-        """Queue ``job``. A ``key`` (who asked, and what) that holds a reservation takes its
-        place, ahead of the jobs without one; a refused ``key`` gets a reservation.
+    def submit(self, job: Job, key: ReservationKey | None = None) -> Job:
+        """Queue ``job``. A ``key`` (who asked, and what) that holds a reservation is queued even
+        when the queue is full, ahead of the jobs without one; a refused ``key`` gets a reservation
+        (:mod:`copilot.serving.reservations`). A job without one is queued whenever there is room.
 
         Raises:
-            QueueFullError: the queue is full for ``job`` (the places reserved for others count
-                as taken), with the Retry-After hint in seconds.
+            QueueFullError: the queue is full for ``job``, with the Retry-After hint in seconds.
         """
         with self._submit:
             reserved = key is not None and self.reservations.take(key)
-            if not reserved and self.depth + len(self.reservations) >= self.capacity:
+            if not reserved and self.depth >= self.capacity:
                 hint = self.retry_after()
                 if key is not None:
                     self.reservations.reserve(key, hint)
@@ -366,8 +369,8 @@ class BatchScheduler:
             job.failed(last.exc)
         if last is not None:
             job.end(last)
-        if not job.cancelled and not isinstance(last, JobError):
-            self._finished.append(job.finished_at)
+        if not job.cancelled and not isinstance(last, JobError) and job.started_at is not None:
+            self._held_s.append(job.finished_at - job.started_at)
 
     def close(self, timeout: float = 5.0) -> None:
         """Cancel the waiting jobs and stop after the current round (used at shutdown)."""
