@@ -82,7 +82,8 @@ class Settings(BaseSettings):
     target_api_key: SecretStr | None = Field(None, description="bearer key for target_url")
     target_served_model: str | None = Field(None, min_length=1, description="the model name to ask target_url for "
                                             "(default: the first its /v1/models lists)")
-    target_timeout_s: float = Field(300.0, gt=0, le=3600, description="one request to target_url (s)")
+    target_timeout_s: float = Field(120.0, gt=0, le=3600, description="one completion from target_url in all, "
+                                    "and any wait for its next chunk (s); never retried")
     dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
         "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
     drafting: DraftingMode = DEFAULT_CONFIG.speculation.drafting

@@ -86,7 +86,7 @@ def test_an_unreachable_or_failing_server_is_a_clear_error(sample_service, model
         RemoteEngine(closed, sample_service.models.engine.target.tokenizer, max_retries=0, timeout_s=5)
     engine = RemoteEngine(model_server.url + "/v1", sample_service.models.engine.target.tokenizer, model="opscopilot",
                           api_key="wrong-key", max_retries=0)
-    with pytest.raises(RemoteTargetError, match="failed: .*403|failed: .*401"):
+    with pytest.raises(RemoteTargetError, match="answered 40[13]"):
         list(engine.stream([1, 2, 3], GenerationConfig(budget=Budget(max_new_tokens=2))))
     with pytest.raises(GenerationSettingError, match="repetition_penalty"):
         completion_params(GenerationConfig(), LogitsSettings(repetition_penalty=1.2))

@@ -99,12 +99,12 @@ class HttpRun:
 
         Raises:
             HTTPException: 413 when prompt building refused the question, 503 without a
-                model, 500 when the job failed, 499 when the client left while waiting.
+                model, as :func:`failed` when the job failed, 499 when the client left while waiting.
         """
         try:
             return await self.run.prepared(self.request.is_disconnected)
         except GenerationFailedError as exc:
-            raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)) from exc
+            raise failed(exc) from exc
         except ClientLeftError as exc:
             raise HTTPException(499, str(exc)) from exc
         except PromptRefusedError as exc:
@@ -123,16 +123,23 @@ class HttpRun:
         """Consume the whole answer (non-streaming handlers).
 
         Raises:
-            HTTPException: 500 when the engine failed.
+            HTTPException: as :func:`failed` when the engine failed.
         """
         try:
             return await self.run.complete(self.request.is_disconnected)
         except GenerationFailedError as exc:
-            raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)) from exc
+            raise failed(exc) from exc
 
     def answer(self) -> Answer:
         """The answer so far (after :meth:`deltas` ended)."""
         return self.run.answer()
+
+
+def failed(exc: GenerationFailedError) -> HTTPException:
+    """The HTTP error for a failed generation: 500, or a model server's 502 / 503 with its ``Retry-After``
+    (as gateways answer for their upstream)."""
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
+    return HTTPException(exc.status, str(exc), headers=headers)
 
 
 def reservation_key(request: Request, endpoint: str, question: Question) -> ReservationKey:

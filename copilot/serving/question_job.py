@@ -26,6 +26,7 @@ from copilot.answer.assembly import Answer, AnswerAssembler
 from copilot.answer.events import AnswerEvent, AnswerFeed, Prepared
 from copilot.answer.question import Question
 from copilot.service import CopilotService
+from copilot.serving.remote_target import RemoteTargetError
 from copilot.serving.reservations import ReservationKey
 from copilot.serving.scheduler import DONE, AsyncJob, BatchLike, BatchScheduler, JobDone, QueueFullError
 from decoding.engine import StreamEvent
@@ -40,7 +41,24 @@ Disconnected = Callable[[], Awaitable[bool]]
 
 
 class GenerationFailedError(RuntimeError):
-    """The engine raised while generating (reported as HTTP 500 or an SSE ``error`` event)."""
+    """The engine raised while generating (reported as an HTTP error or an SSE ``error`` event).
+
+    Attributes:
+        status: the HTTP status to answer with: 500, or the external model server's
+            (:class:`~copilot.serving.remote_target.RemoteTargetError`: 502, or 503 for its 429).
+        retry_after_s: the ``Retry-After`` to send with a 503 (seconds), else ``None``.
+    """
+
+    def __init__(self, message: str, status: int = 500, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.retry_after_s = status, retry_after_s
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "GenerationFailedError":
+        """The failure for what the engine raised (a model server's error keeps its status)."""
+        if isinstance(exc, RemoteTargetError):
+            return cls(str(exc), exc.status, exc.retry_after_s)
+        return cls(f"generation failed: {type(exc).__name__}: {exc}")
 
 
 class PromptRefusedError(RuntimeError):
@@ -177,7 +195,7 @@ class GenerationRun:
             except TimeoutError:
                 event = None
             except Exception as exc:
-                raise GenerationFailedError(f"generation failed: {type(exc).__name__}: {exc}") from exc
+                raise GenerationFailedError.of(exc) from exc
             if disconnected is not None and (event is None or time.monotonic() - self._last_check >= POLL_S):
                 self._last_check = time.monotonic()
                 if await disconnected():

@@ -16,6 +16,13 @@ has that switch).
 :class:`decoding.engine.SpeculativeEngine` (``target``, ``resolve``, ``stream``, ``batch``);
 :class:`RemoteBatch` runs each admitted request's stream on a thread of its own, so requests
 are in flight together (up to ``max_batch``), and hands the scheduler their events as they arrive.
+
+A server is trusted with nothing but text, as a gateway trusts its upstream: its failures are
+:class:`RemoteTargetError` naming it (answered 502, or 503 with its ``Retry-After`` for its 429, never
+500); a reply that never says it finished (cut mid-stream, an HTML page, a non-streamed body) is
+one of them; an answer is cut at the request's budget even when the server ignores ``max_tokens``;
+one request waits at most ``target_timeout_s`` in all and is never retried (a retry would multiply
+the wait); a request whose client left is dropped from the batch at once and its upstream closed.
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+import httpx
 import openai
 from transformers import PreTrainedTokenizerBase
 
@@ -40,10 +49,29 @@ log = logging.getLogger(__name__)
 
 #: Seconds :meth:`RemoteBatch.step` waits for the first event of a round.
 POLL_S = 0.05
+#: Characters per token beyond which a streamed answer is over its budget whatever the server counts.
+MAX_CHARS_PER_TOKEN = 32
 
 
 class RemoteTargetError(RuntimeError):
-    """The model server failed, refused the request or could not be reached (its reason included)."""
+    """The model server failed, refused the request or could not be reached (its reason included).
+
+    Attributes:
+        status: the HTTP status to answer with: 502 (a bad gateway), or 503 when the server said 429.
+        retry_after_s: the server's ``Retry-After`` (seconds) with a 503, else ``None``.
+    """
+
+    def __init__(self, message: str, status: int = 502, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.retry_after_s = status, retry_after_s
+
+
+def _retry_after(exc: openai.APIStatusError) -> int:
+    """The ``Retry-After`` seconds of an upstream refusal (1 when absent or not a number)."""
+    try:
+        return max(1, int(float(exc.response.headers.get("retry-after", "1"))))
+    except ValueError:
+        return 1
 
 
 @dataclass
@@ -122,8 +150,8 @@ class RemoteEngine:
         model: the model name to ask for; ``None`` = the first one the server's ``/v1/models`` lists.
         api_key: its bearer key (``None``: none is sent).
         max_positions: one request's context window (tokens).
-        timeout_s: per request (seconds).
-        max_retries: retries of a refused or failed request (the client's backoff).
+        timeout_s: one completion in all, and any wait for its next chunk (seconds).
+        max_retries: retries of the model listing (the client's backoff); a completion is never retried.
 
     Attributes:
         extra_body: fields added to every request (e.g. ``{"speculation": "off"}`` for an
@@ -138,6 +166,8 @@ class RemoteEngine:
                  max_retries: int = 2) -> None:
         self.client = openai.OpenAI(base_url=url, api_key=api_key or "none", timeout=timeout_s,
                                     max_retries=max_retries)
+        self.completions = self.client.with_options(max_retries=0).completions
+        self.timeout_s = timeout_s
         self.extra_body: dict[str, Any] = {}
         self.target = RemoteTarget(model or self._first_model(url), tokenizer, max_positions, url)
 
@@ -149,6 +179,14 @@ class RemoteEngine:
         if not models:
             raise RemoteTargetError(f"the model server at {url} lists no model; set COPILOT_TARGET_SERVED_MODEL")
         return models[0]
+
+    def ping(self, timeout_s: float = 2.0) -> None:
+        """Raise :class:`RemoteTargetError` (naming the server) unless it lists its models within
+        ``timeout_s`` seconds (no retries): what ``/readyz`` asks."""
+        try:
+            self.client.with_options(max_retries=0, timeout=timeout_s).models.list()
+        except openai.OpenAIError as exc:
+            raise RemoteTargetError(f"the model server at {self.target.url} does not answer: {exc}") from exc
 
     def resolve(self, config: GenerationConfig) -> LogitsSettings:
         """``config``'s effective logits settings, checked for what the server can be sent.
@@ -162,13 +200,20 @@ class RemoteEngine:
 
     def stream(self, prompt_ids: Sequence[int], config: GenerationConfig, contexts: Sequence[Sequence[int]] = (),
                cancel: Callable[[], bool] | None = None, settings: LogitsSettings | None = None,
-               ) -> Iterator[StreamEvent]:
+               opened: Callable[[Any], None] | None = None) -> Iterator[StreamEvent]:
         """Stream the server's completion of ``prompt_ids`` (sent as their text): a
         :class:`StreamEvent` per text delta, the last one with the result (its ids are the
         text's tokens; its stats the times measured here and the server's usage).
 
+        The answer ends ``length`` at ``max_new_tokens`` chunks (or :data:`MAX_CHARS_PER_TOKEN`
+        characters per token) even if the server goes on; the upstream response is then closed.
+
+        Args:
+            opened: called with the upstream response once it is open (its ``close()`` stops it
+                from another thread).
         Raises:
-            RemoteTargetError: the server failed or refused (its status and message included).
+            RemoteTargetError: the server failed, refused (503 for its 429), stalled past
+                ``timeout_s``, or ended its reply without saying it finished (its URL named).
         """
         params = completion_params(config, settings or self.resolve(config))
         tokenizer = self.target.tokenizer
@@ -177,16 +222,24 @@ class RemoteEngine:
         clock = RequestClock(stats)
         clock.start()
         parts: list[str] = []
-        finish, usage = "length", None
+        finish: str | None = None
+        usage = None
+        budget, deadline, chars = config.budget.max_new_tokens, time.monotonic() + self.timeout_s, 0
+        url = self.target.url
         try:
-            chunks = self.client.completions.create(model=self.target.name, prompt=prompt, stream=True,
-                                                    stream_options={"include_usage": True},
-                                                    extra_body=self.extra_body or None, **params)
+            chunks = self.completions.create(model=self.target.name, prompt=prompt, stream=True,
+                                             stream_options={"include_usage": True},
+                                             extra_body=self.extra_body or None, **params)
+            if opened is not None:
+                opened(chunks)
             with chunks:
                 for chunk in chunks:
                     if cancel is not None and cancel():
                         finish = "cancelled"
                         break
+                    if time.monotonic() > deadline:
+                        raise RemoteTargetError(f"the model server at {url} did not finish within "
+                                                f"{self.timeout_s:g} s (COPILOT_TARGET_TIMEOUT_S)")
                     usage = chunk.usage or usage
                     if not chunk.choices:
                         continue
@@ -199,9 +252,27 @@ class RemoteEngine:
                             clock.prefilled()
                             clock.first_token()
                         parts.append(choice.text)
+                        chars += len(choice.text)
                         yield StreamEvent(choice.text)
-        except openai.OpenAIError as exc:
-            raise RemoteTargetError(f"the model server at {self.target.url} failed: {exc}") from exc
+                        if len(parts) >= budget or chars > budget * MAX_CHARS_PER_TOKEN:
+                            finish = finish or "length"  # a server that ignores max_tokens is cut here
+                            break
+        except openai.RateLimitError as exc:
+            raise RemoteTargetError(f"the model server at {url} is busy (429): {exc.message}", 503,
+                                    _retry_after(exc)) from exc
+        except openai.APIStatusError as exc:
+            raise RemoteTargetError(f"the model server at {url} answered {exc.status_code}: {exc.message}") from exc
+        except (openai.APITimeoutError, httpx.TimeoutException) as exc:  # the stream's own reads raise httpx's
+            raise RemoteTargetError(f"the model server at {url} sent nothing for {self.timeout_s:g} s "
+                                    "(COPILOT_TARGET_TIMEOUT_S)") from exc
+        except (openai.OpenAIError, httpx.HTTPError) as exc:
+            raise RemoteTargetError(f"the model server at {url} failed: {exc}") from exc
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # not an OpenAI stream
+            raise RemoteTargetError(f"the model server at {url} sent a reply that is not an OpenAI completion "
+                                    f"stream ({type(exc).__name__}: {exc})") from exc
+        if finish is None:
+            raise RemoteTargetError(f"the model server at {url} ended its reply without a finish_reason (cut off "
+                                    "mid-answer, or not an OpenAI completion stream)")
         text = "".join(parts)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
         stats.new_tokens = usage.completion_tokens if usage is not None else len(ids)
@@ -236,28 +307,51 @@ def remote_engine(settings: Settings) -> RemoteEngine:
 
 
 class _RemoteRequest:
-    """One request in flight: its thread streams the server's events into the batch's queue."""
+    """One request in flight: its thread streams the server's events into the batch's queue.
 
-    def __init__(self, engine: RemoteEngine, out: "queue.Queue[tuple[_RemoteRequest, Any]]",
-                 args: tuple[Any, ...]) -> None:
+    Args:
+        stream: starts :meth:`RemoteEngine.stream` for this request, given its ``opened`` callback.
+        cancel: the request's cancel check.
+    """
+
+    def __init__(self, stream: Callable[[Callable[[Any], None]], Iterator[StreamEvent]],
+                 out: "queue.Queue[tuple[_RemoteRequest, Any]]", cancel: Callable[[], bool] | None) -> None:
         self.done = False
-        self._thread = threading.Thread(target=self._run, args=(engine, out, args), name="remote-target",
-                                        daemon=True)
+        self.cancel = cancel
+        self._upstream: Any = None
+        self._thread = threading.Thread(target=self._run, args=(stream, out), name="remote-target", daemon=True)
         self._thread.start()
 
-    def _run(self, engine: RemoteEngine, out: "queue.Queue[tuple[_RemoteRequest, Any]]",
-             args: tuple[Any, ...]) -> None:
+    def _run(self, stream: Callable[[Callable[[Any], None]], Iterator[StreamEvent]],
+             out: "queue.Queue[tuple[_RemoteRequest, Any]]") -> None:
         try:
-            for event in engine.stream(*args):
+            for event in stream(self._opened):
                 out.put((self, event))
         except BaseException as exc:  # noqa: BLE001 - handed to the scheduler, which fails this request only
             out.put((self, exc))
+
+    def _opened(self, upstream: Any) -> None:
+        self._upstream = upstream
+        if self.done:  # dropped before the server answered
+            upstream.close()
+
+    def drop(self) -> StreamEvent:
+        """End this request now (its client left): the upstream response is closed, so a stalled
+        server holds neither a batch slot nor a connection; the last event of a cancelled answer."""
+        self.done = True
+        if self._upstream is not None:
+            try:
+                self._upstream.close()
+            except Exception:  # noqa: BLE001 - closing a connection another thread reads may raise there
+                log.debug("closing a dropped request's upstream response failed", exc_info=True)
+        return StreamEvent("", [], GenerationResult([], "", "cancelled", GenerationStats(finish_reason="cancelled")))
 
 
 class RemoteBatch:
     """The scheduler's batch for a :class:`RemoteEngine`: requests stream concurrently, each on
     its own thread; :meth:`step` returns the events that arrived (waiting up to :data:`POLL_S`
-    for the first). A failed request's entry is its exception, for the scheduler to fail it alone."""
+    for the first). A failed request's entry is its exception, for the scheduler to fail it alone;
+    a request whose client left ends at the next step, whatever its server is doing."""
 
     def __init__(self, engine: RemoteEngine) -> None:
         self.engine = engine
@@ -277,21 +371,32 @@ class RemoteBatch:
         """
         settings = settings if settings is not None else self.engine.resolve(config)  # refused here, not on the thread
         completion_params(config, settings)
-        request = _RemoteRequest(self.engine, self._events, (prompt_ids, config, contexts, cancel, settings))
+        checked = settings
+
+        def stream(opened: Callable[[Any], None]) -> Iterator[StreamEvent]:
+            return self.engine.stream(prompt_ids, config, contexts, cancel, checked, opened)
+
+        request = _RemoteRequest(stream, self._events, cancel)
         self.active.append(request)
         return request, []
 
     def step(self) -> list[tuple[_RemoteRequest, Any]]:
         """The events that arrived since the last step: ``(request, StreamEvent)``, or
-        ``(request, exception)`` for a request that failed (it has then left the batch)."""
-        out: list[tuple[_RemoteRequest, Any]] = []
+        ``(request, exception)`` for a request that failed (it has then left the batch); a request
+        whose ``cancel`` says so ends with a ``cancelled`` result (and nothing of it after)."""
+        out: list[tuple[_RemoteRequest, Any]] = [(r, r.drop()) for r in self.active
+                                                 if r.cancel is not None and r.cancel()]
+        arrived: list[tuple[_RemoteRequest, Any]] = []
         try:
-            out.append(self._events.get(timeout=POLL_S))
+            arrived.append(self._events.get(timeout=POLL_S))
             while True:
-                out.append(self._events.get_nowait())
+                arrived.append(self._events.get_nowait())
         except queue.Empty:
             pass
-        for request, event in out:
+        for request, event in arrived:
+            if request.done:  # dropped: its result is out already
+                continue
+            out.append((request, event))
             if isinstance(event, BaseException) or event.result is not None:
                 request.done = True
         self.active = [r for r in self.active if not r.done]

@@ -17,7 +17,7 @@ from copilot.serving.question_job import GenerationFailedError
 
 router = APIRouter(prefix="/v1", tags=["ask"])
 
-ERRORS = error_responses(400, 401, 403, 413, 500, 503)
+ERRORS = error_responses(400, 401, 403, 413, 500, 502, 503)
 STREAMED = streamed("one `sources` event, `delta` events, one `done` event (or `error`)",
                     'event: sources\ndata: {"sources": [...]}\n\nevent: delta\ndata: {"text": "Restart"}\n\n'
                     'event: done\ndata: {"answer": "...", "sources": [...], "cited": [1], "stats": {...}}\n\n')
@@ -78,6 +78,6 @@ async def _events(run: generation.HttpRun) -> AsyncIterator[dict[str, str]]:
         async for delta in run.deltas(check_disconnect=False):
             yield {"event": "delta", "data": json.dumps({"text": delta})}
     except GenerationFailedError as exc:
-        yield {"event": "error", "data": json.dumps({"detail": str(exc)})}
+        yield {"event": "error", "data": json.dumps({"detail": str(exc), "status": exc.status})}
         return
     yield {"event": "done", "data": json.dumps(ask_fields(run.answer()))}

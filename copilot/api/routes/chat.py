@@ -59,7 +59,7 @@ from copilot.serving.question_job import GenerationFailedError
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["openai"])
 
-ERRORS = error_responses(400, 401, 403, 404, 413, 500, 503)
+ERRORS = error_responses(400, 401, 403, 404, 413, 500, 502, 503)
 STREAMED = streamed("`chat.completion.chunk` objects (the last with `finish_reason` carries the extensions), "
                     "then `[DONE]`", 'data: {"object": "chat.completion.chunk", "choices": [{"delta": '
                     '{"content": "Restart"}}], ...}\n\ndata: [DONE]\n\n')
@@ -193,7 +193,7 @@ async def _answer_chunks(run: generation.HttpRun, settings: Settings, include_us
         async for delta in run.deltas(check_disconnect=False):
             yield {"data": chunk(choices=[ChunkChoice(delta=Delta(content=delta), finish_reason=None)])}
     except GenerationFailedError as exc:
-        yield error_event(HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)))
+        yield error_event(generation.failed(exc))
         return
     answer = run.answer()
     out = sources_out(answer)

@@ -34,7 +34,7 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 
 #: The client's names for errors (see :func:`copilot.api.generation.question`).
 NAMES = {"max_new_tokens": "max_tokens", "prompt": "prompt"}
-ERRORS = error_responses(400, 401, 403, 404, 413, 500, 503)
+ERRORS = error_responses(400, 401, 403, 404, 413, 500, 502, 503)
 STREAMED = streamed("`text_completion` chunks (`choices[0].text` is the delta), then `[DONE]`",
                     'data: {"object": "text_completion", "choices": [{"text": " a disk"}], ...}\n\ndata: [DONE]\n\n')
 
@@ -125,7 +125,7 @@ async def completions(body: CompletionRequest, request: Request, settings: Setti
             except HTTPException as exc:  # refused while building the prompt (413)
                 yield error_event(exc)
             except GenerationFailedError as exc:
-                yield error_event(HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(exc)))
+                yield error_event(generation.failed(exc))
             finally:
                 run.cancel()
 

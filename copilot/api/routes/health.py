@@ -21,8 +21,17 @@ async def healthz() -> HealthResponse:
 
 @router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
 async def readyz(service: ServiceDep) -> ReadyResponse | JSONResponse:
-    """Model loaded and store reachable (its database and dense index answer); 503 otherwise."""
-    model_loaded = service.models.engine is not None
+    """Model loaded (an external model server answering) and store reachable (its database and
+    dense index answer); 503 otherwise, naming what is not."""
+    engine = service.models.engine
+    model_loaded = engine is not None
+    server_error = None
+    ping = getattr(engine, "ping", None)  # an external model server (copilot.serving.remote_target)
+    if ping is not None:
+        try:
+            await asyncio.to_thread(ping)
+        except Exception as exc:  # noqa: BLE001 - any failure to answer means not ready
+            server_error = str(exc)
 
     def probe() -> int:
         service.store.ping()
@@ -35,7 +44,9 @@ async def readyz(service: ServiceDep) -> ReadyResponse | JSONResponse:
         chunks, reachable, detail = None, False, str(exc)
     if not model_loaded:
         detail = "no target model is loaded" + (f"; {detail}" if detail else "")
-    ready = model_loaded and reachable
+    if server_error is not None:
+        detail = server_error + (f"; {detail}" if detail else "")
+    ready = model_loaded and reachable and server_error is None
     body = ReadyResponse(status="ready" if ready else "not ready", model_loaded=model_loaded,
                          store_reachable=reachable, chunks=chunks, detail=detail,
                          draft_model=service.models.draft_status)

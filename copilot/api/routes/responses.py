@@ -32,7 +32,7 @@ from copilot.serving.question_job import GenerationFailedError
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
-ERRORS = error_responses(400, 401, 403, 404, 413, 500, 503)
+ERRORS = error_responses(400, 401, 403, 404, 413, 500, 502, 503)
 STREAMED = streamed("the Responses API's events, `response.created` ... `response.output_text.delta` ... "
                     "`response.completed`", 'event: response.output_text.delta\ndata: {"type": '
                     '"response.output_text.delta", "delta": "Restart", ...}\n\n')
@@ -135,7 +135,7 @@ async def _events(run: generation.HttpRun, builder: ResponseBuilder,
         async for delta in run.deltas(check_disconnect=False):
             yield event("response.output_text.delta", **where, delta=delta, logprobs=[])
     except (HTTPException, GenerationFailedError) as exc:
-        code = exc.status_code if isinstance(exc, HTTPException) else 500
+        code = exc.status_code if isinstance(exc, HTTPException) else exc.status
         detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
         failed = builder.build().model_copy(
             update={"status": "failed", "error": error_body(str(detail), code)["error"]})
