@@ -181,3 +181,4 @@ def test_a_client_leaving_during_a_stall_frees_its_batch_slot_at_once(upstream, 
         time.sleep(0.1)
     assert busy is not None and busy.endswith(" 0.0"), busy
     upstream.mode = "ok"
+

@@ -59,15 +59,23 @@ def _mark_bound(app: object, port: int) -> None:
         state.bound_port = port
 
 
+#: Seconds a stopping server (SIGTERM, Ctrl-C) waits for the answers in flight before it cancels them.
+GRACEFUL_SHUTDOWN_S = 10
+
+
 def serve(app: ASGIApp, sock: socket.socket, *, root_path: str = "", log_level: str = "info") -> int:
     """Serve ``app`` with uvicorn on ``sock`` (from :func:`listen_socket`) until stopped.
+
+    On SIGTERM or Ctrl-C the answers in flight get :data:`GRACEFUL_SHUTDOWN_S` seconds to finish, then
+    are cancelled: a stream that never ends (an endless model server) cannot keep the process alive.
 
     Returns:
         The process exit status: 0 after a normal shutdown, 3 (uvicorn's) when start-up failed.
     """
     host, port = sock.getsockname()[:2]
     _mark_bound(app, port)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, root_path=root_path, log_level=log_level))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, root_path=root_path, log_level=log_level,
+                                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
