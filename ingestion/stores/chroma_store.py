@@ -423,7 +423,8 @@ def zero_unused_hnsw_slots(segment_dir: Path) -> int:
     """Overwrite the unused slots of a Chroma HNSW segment's ``data_level0.bin`` with zeros.
 
     hnswlib saves its whole level-0 buffer: ``max_elements`` slots of ``size_per_element``
-    bytes, of which only the first ``cur_element_count`` are in use. The rest is memory it
+    bytes, of which only the first ``cur_element_count`` are in use (a file that holds only the
+    used slots has nothing to clear). The rest is memory it
     allocated and never initialised, so it holds whatever the process freed before it — seen
     here: the text of a chunk just deleted. hnswlib zeroes a slot itself when it takes one,
     so zeros there change nothing it reads. Layout (``header.bin``): an int32 version (1),
@@ -439,6 +440,8 @@ def zero_unused_hnsw_slots(segment_dir: Path) -> int:
     (version,) = struct.unpack_from("<i", header, 0)
     _, max_elements, used, per_element = struct.unpack_from("<4Q", header, 4)
     size = data.stat().st_size
+    if version == 1 and used <= max_elements and size == used * per_element:
+        return 0  # saved without its unused slots: nothing to clear
     if version != 1 or max_elements * per_element != size or used > max_elements:
         log.warning("%s: unknown HNSW file layout; its unused slots are not cleared", segment_dir.name)
         return 0
