@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import struct
 import subprocess
 import sys
 import time
@@ -183,6 +184,10 @@ def test_chroma_log_and_hnsw_file_keep_nothing_of_a_deleted_chunk(tmp_path):
     with sqlite3.connect(chroma_db) as conn:
         queued = conn.execute("SELECT operation, metadata FROM embeddings_queue WHERE id = ?", (chunk_id,)).fetchall()
     assert [op for op, _ in queued] == [3]  # only the deletion itself (id, no text) is left in the log
+    segment = next((tmp_path / "data" / "chroma").glob("*/header.bin")).parent
+    _, max_elements, used, _ = struct.unpack_from("<4Q", (segment / "header.bin").read_bytes(), 4)
+    lengths = (segment / "length.bin").read_bytes()  # one int per slot: the unused ones held freed memory
+    assert len(lengths) == 4 * max_elements and lengths[4 * used:] == bytes(4 * (max_elements - used))
     hnsw = next((tmp_path / "data" / "chroma").glob("*/data_level0.bin")).read_bytes()
     floats = np.frombuffer(hnsw[: len(hnsw) // 4 * 4], dtype=np.float32)
     windows = np.lib.stride_tricks.sliding_window_view(floats, vector.size)

@@ -420,18 +420,19 @@ def purge_embedded(sqlite_path: Path, collection_id: str, timeout_s: float = 30.
 
 
 def zero_unused_hnsw_slots(segment_dir: Path) -> int:
-    """Overwrite the unused slots of a Chroma HNSW segment's ``data_level0.bin`` with zeros.
+    """Overwrite the unused slots of a Chroma HNSW segment's ``data_level0.bin`` and ``length.bin``
+    with zeros.
 
-    hnswlib saves its whole level-0 buffer: ``max_elements`` slots of ``size_per_element``
-    bytes, of which only the first ``cur_element_count`` are in use (a file that holds only the
-    used slots has nothing to clear). The rest is memory it
-    allocated and never initialised, so it holds whatever the process freed before it — seen
-    here: the text of a chunk just deleted. hnswlib zeroes a slot itself when it takes one,
-    so zeros there change nothing it reads. Layout (``header.bin``): an int32 version (1),
-    then ``offsetLevel0, max_elements, cur_element_count, size_per_element`` as uint64.
+    hnswlib saves whole buffers: ``data_level0.bin`` has ``max_elements`` slots of
+    ``size_per_element`` bytes and ``length.bin`` one 4-byte link-list length per slot, of which only
+    the first ``cur_element_count`` are in use (a file that holds only the used slots has nothing to
+    clear). The rest is memory it allocated and never initialised, so it holds whatever the process
+    freed before it — seen here: the text of a chunk just deleted, in either file. hnswlib sets a
+    slot itself when it takes one, so zeros there change nothing it reads. Layout (``header.bin``): an
+    int32 version (1), then ``offsetLevel0, max_elements, cur_element_count, size_per_element`` as uint64.
 
     Returns:
-        Bytes overwritten (0 when the layout is not the one described: the file is left alone).
+        Bytes overwritten (0 when the layout is not the one described: the files are left alone).
     """
     header = (segment_dir / "header.bin").read_bytes()
     data = segment_dir / "data_level0.bin"
@@ -439,14 +440,25 @@ def zero_unused_hnsw_slots(segment_dir: Path) -> int:
         return 0
     (version,) = struct.unpack_from("<i", header, 0)
     _, max_elements, used, per_element = struct.unpack_from("<4Q", header, 4)
-    size = data.stat().st_size
-    if version == 1 and used <= max_elements and size == used * per_element:
-        return 0  # saved without its unused slots: nothing to clear
-    if version != 1 or max_elements * per_element != size or used > max_elements:
+    if version != 1 or used > max_elements:
         log.warning("%s: unknown HNSW file layout; its unused slots are not cleared", segment_dir.name)
         return 0
-    start = int(used * per_element)
-    with open(data, "r+b") as handle:
+    cleared = 0
+    for path, width in ((data, per_element), (segment_dir / "length.bin", 4)):
+        size = path.stat().st_size if path.is_file() else 0
+        if size == used * width:
+            continue  # saved without its unused slots (or absent): nothing to clear
+        if size != max_elements * width:
+            log.warning("%s: unknown HNSW file layout of %s; its unused slots are not cleared",
+                        segment_dir.name, path.name)
+            continue
+        cleared += _zero_from(path, int(used * width), size)
+    return cleared
+
+
+def _zero_from(path: Path, start: int, size: int) -> int:
+    """Overwrite ``path`` with zeros from byte ``start`` to ``size`` (synced); the bytes written."""
+    with open(path, "r+b") as handle:
         handle.seek(start)
         for offset in range(start, size, 1 << 20):
             handle.write(bytes(min(1 << 20, size - offset)))
