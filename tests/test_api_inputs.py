@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, ValidationError
 
 from copilot.api import openai_schemas, schemas
-from copilot.api.footer import sources_footer, strip_sources_footer
+from copilot.api.footer import strip_sources_footer
+from copilot.api.routes.chat import sources_footer
 from copilot.search.filters import DATE_FORMATS, Filters, _valid_unicode, parse_compact_date, valid_unicode_deep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

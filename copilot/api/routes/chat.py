@@ -26,6 +26,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
@@ -39,7 +40,7 @@ from copilot.answer.question import Question, QuestionRequest
 from copilot.api import generation
 from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep, SettingsDep
 from copilot.api.errors import ParameterError, error_body
-from copilot.api.footer import sources_footer, strip_sources_footer
+from copilot.api.footer import DESTRUCTIVE_HEADING, FOOTER_HEADING, UNVERIFIED_HEADING, strip_sources_footer
 from copilot.api.openai_schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -63,6 +64,33 @@ ERRORS = error_responses(400, 401, 403, 404, 413, 500, 502, 503)
 STREAMED = streamed("`chat.completion.chunk` objects (the last with `finish_reason` carries the extensions), "
                     "then `[DONE]`", 'data: {"object": "chat.completion.chunk", "choices": [{"delta": '
                     '{"content": "Restart"}}], ...}\n\ndata: [DONE]\n\n')
+
+def sources_footer(sources: list[SourceOut], unverified: Sequence[Mapping[str, object]] = (),
+                   destructive: Sequence[Mapping[str, object]] = ()) -> str:
+    """The footer listing ``sources`` for a message's content (empty without sources): a blank
+    line, ``Sources:``, then ``[n] title — source, date`` per source (title, else key, else
+    document id; the date when known); then, when the answer states literals found in no
+    source, a line ``Not in the sources — check before running: `a`, `b```; then, when the
+    answer (``destructive``: its marks, :mod:`copilot.search.destructive`) or a source's evidence holds
+    a destructive command, a line ``⚠ Destructive — do not run: `rm -rf /` [2], …`` (chat
+    clients show the content only, so the warning must be in it)."""
+    if not sources:
+        return ""
+    lines = []
+    for s in sources:
+        title = " ".join((s.title or s.key or s.doc_id).split())
+        where = s.source + (f", {s.created[:10]}" if s.created else "")
+        lines.append(f"[{s.n}] {title} — {where}")
+    footer = FOOTER_HEADING + "\n".join(lines)
+    literals = list(dict.fromkeys(u["literal"] for u in unverified))
+    if literals:
+        footer += UNVERIFIED_HEADING + ", ".join(f"`{x}`" for x in literals)
+    marked = {f"`{m['command']}`": None for m in destructive}
+    marked |= {f"`{m.command}` [{s.n}]": None for s in sources for m in s.destructive}
+    if marked:
+        footer += DESTRUCTIVE_HEADING + ", ".join(marked)
+    return footer
+
 
 def answer_footer(sources: list[SourceOut], answer: Answer, settings: Settings) -> str:
     """The :func:`sources_footer` of an answer (its unverified literals and destructive commands),
