@@ -25,7 +25,6 @@ Exits 0 when everything passes, 1 with one line per problem otherwise.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections import Counter
@@ -36,8 +35,7 @@ REPO = HERE.parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from ingestion.files import discover_files  # noqa: E402
-from ingestion.loaders import load_bytes  # noqa: E402
+from evals.set_checks import load_corpus, read_jsonl  # noqa: E402
 
 CORPUS = HERE / "corpus"
 QUESTIONS = HERE / "questions.jsonl"
@@ -49,57 +47,6 @@ MIN_PER_KIND = {"distractor": 10, "two-document": 6, "copy": 8, "explain": 4, "u
 MIN_QUESTIONS = 44
 MIN_FOLLOWUPS = 10
 DOC_RANGE = (30, 45)
-
-
-def load_corpus(errors: list[str]) -> dict[str, str]:
-    """doc_id -> ingested text, for every document under ``corpus/``."""
-    files, missing = discover_files([CORPUS])
-    if missing or not CORPUS.is_dir():
-        errors.append(f"corpus folder missing: {CORPUS}")
-        return {}
-    docs: dict[str, str] = {}
-    for path in files:
-        rel = path.relative_to(CORPUS).as_posix()
-        try:
-            result = load_bytes(path.read_bytes(), rel, name=path.name)
-        except Exception as exc:  # noqa: BLE001 - any loader error is a finding
-            errors.append(f"corpus/{rel}: not ingestible ({type(exc).__name__}: {exc})")
-            continue
-        for failure in result.failures:
-            errors.append(f"corpus/{rel}: failed record {failure}")
-        for warning in result.warnings:
-            errors.append(f"corpus/{rel}: loader warning: {warning}")
-        if not result.documents:
-            errors.append(f"corpus/{rel}: gave no documents")
-        for doc in result.documents:
-            if doc.doc_id in docs:
-                errors.append(f"duplicate document id {doc.doc_id!r}")
-            docs[doc.doc_id] = doc.text
-    lo, hi = DOC_RANGE
-    if not lo <= len(docs) <= hi:
-        errors.append(f"corpus has {len(docs)} documents, expected {lo}-{hi}")
-    return docs
-
-
-def read_jsonl(path: Path, errors: list[str]) -> list[tuple[int, dict]]:
-    """(line number, object) for each non-blank line; bad lines are reported."""
-    if not path.is_file():
-        errors.append(f"{path.name}: missing")
-        return []
-    rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            errors.append(f"{path.name}:{lineno}: invalid JSON ({exc.msg})")
-            continue
-        if not isinstance(row, dict):
-            errors.append(f"{path.name}:{lineno}: not a JSON object")
-            continue
-        rows.append((lineno, row))
-    return rows
 
 
 def check_span(where: str, span: str, sources: list[str], asked: list[str], docs: dict[str, str],
@@ -227,7 +174,7 @@ def check_followups(docs: dict[str, str], seen_ids: set[str], errors: list[str])
 
 def main() -> int:
     errors: list[str] = []
-    docs = load_corpus(errors)
+    docs = load_corpus(CORPUS, DOC_RANGE, errors)
     seen: set[str] = set()
     kinds = check_questions(docs, seen, errors)
     followups = check_followups(docs, seen, errors)
