@@ -332,7 +332,6 @@ class _Run:
         if self.batch.is_empty():
             return
         try:
-            self.store.reserve.require_room()
             result = self.store.apply(self.batch)
         except StoreError as exc:
             self._fail_batch(exc)

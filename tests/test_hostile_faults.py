@@ -14,6 +14,7 @@ runner cannot mount) for the disk cases.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import socket
@@ -252,6 +253,64 @@ def test_a_full_disk_stops_ingest_names_every_file_and_leaves_list_read_and_dele
         assert store.manifest.count() == total - 1
     finally:
         store.close()
+
+
+def test_a_disk_that_fills_during_ingest_leaves_every_command_working_once_space_is_free(small_disk, tmp_path):
+    """Issue 46 items 1 and 3: the ingest stops between batches for lack of room (a save of the dense
+    index is never cut short), and once space is free the first list, search, delete and a later
+    ingest all work, with nothing stored before lost."""
+    settings, embedder = _settings(small_disk), HashEmbedder()
+    first = _corpus(tmp_path / "first", files=2, lines=20)
+    assert run_ingest([first], settings, progress=False, embedder=embedder).exit_code == EXIT_OK
+    before = _doc_ids(settings, embedder)
+    src = tmp_path / "big"
+    src.mkdir()
+    (src / "big.jsonl").write_text("".join(
+        json.dumps({"id": f"BIG-{i}", "title": f"pool disk controller restart on wn-{i:05d}",
+                    "text": f"host wn-{i:05d} disk controller reset after the pool filled; fixed by restarting the "
+                            f"raid service and clearing /scratch {i}"}) + "\n" for i in range(8000)))
+    (small_disk / "filler").write_bytes(bytes(6 << 20))  # what the operator frees afterwards
+
+    outcome = run_ingest([src], settings, progress=False, embedder=embedder)
+    assert outcome.exit_code == EXIT_STORE and "full" in outcome.report.error, outcome.report.error
+    assert "MiB" in outcome.report.error  # the room needed and the room there is
+    (small_disk / "filler").unlink()
+
+    store = open_store(settings, embedder=embedder)  # the first command afterwards
+    try:
+        assert store.dense_damage is None
+        page, total = store.manifest.page(limit=100_000)
+        assert before <= {d["doc_id"] for d in page} and total > len(before)
+        assert store.dense_search("pool disk controller restart", 5)
+        assert delete_document(store, sorted(before)[0])
+    finally:
+        store.close()
+    more = _corpus(tmp_path / "more", files=1, lines=5)
+    assert run_ingest([more], settings, progress=False, embedder=embedder).exit_code == EXIT_OK
+
+
+def test_a_small_disk_stores_documents_or_names_the_room_it_needs(tmp_path):
+    """Issue 46 item 4: on a 16 MiB disk the space reserve shrinks to an eighth of it and three small
+    files are stored; on a 2 MiB disk the refusal names what is free and what is needed."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    for size, stored in (("16m", True), ("2m", False)):
+        mount = tmp_path / f"disk-{size}"
+        mount.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        try:
+            src = _corpus(tmp_path / f"src-{size}", files=3, lines=30)
+            outcome = run_ingest([src], _settings(mount), progress=False, embedder=HashEmbedder())
+            if stored:
+                assert outcome.exit_code == EXIT_OK and outcome.report.documents_written > 0
+            else:
+                assert outcome.exit_code == EXIT_STORE
+                assert "MiB free" in outcome.report.error and "needs" in outcome.report.error
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _doc_ids(settings: Settings, embedder: HashEmbedder) -> set[str]:

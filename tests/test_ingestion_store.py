@@ -216,7 +216,7 @@ def test_more_chunks_than_chroma_max_batch_size(hash_store, tmp_path, monkeypatc
 
 
 def test_small_client_batch_limit_also_applies_to_deletes(hash_store, tmp_path, monkeypatch):
-    monkeypatch.setattr(ChromaStore, "max_batch_size", property(lambda self: 4))
+    monkeypatch.setattr(hash_store.dense, "max_batch_size", 4)
     calls: list[tuple[str, int]] = []
     coll_type = type(hash_store.dense.collection)
     up, de = coll_type.upsert, coll_type.delete

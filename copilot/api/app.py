@@ -24,6 +24,7 @@ from copilot.api.routes import (
     embeddings,
     feedback,
     health,
+    index,
     ingest,
     metrics,
     models,
@@ -36,6 +37,7 @@ from copilot.config import Settings, get_settings
 from copilot.feedback.ratings import FeedbackTable
 from copilot.service import CopilotService
 from copilot.serving.ingest_jobs import IngestJobManager, JobQueueConfig
+from copilot.serving.reindex_runner import ReindexRunner
 from copilot.serving.scheduler import BatchScheduler, make_batch
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         service: an already-built service (tests share one across apps); it is not closed
             at shutdown.
     Routes: ``/`` (the page), ``/v1/ask``, ``/v1/search``, ``/v1/ingest``, ``/v1/documents``,
-    ``/v1/feedback``; OpenAI's ``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``,
+    ``/v1/feedback``, ``/v1/index``; OpenAI's ``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``,
     ``/v1/embeddings``, ``/v1/models``; ``/healthz``, ``/readyz``, ``/metrics`` (see ``/docs``).
     At start-up the root logger gets one handler in ``log_format``
     (see :func:`copilot.api.logs.configure`). The replica id is ``settings.replica_id``, else
@@ -89,6 +91,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             IngestJobManager, app.state.service.store, settings.uploads_dir, jobs_config,
             on_finish=lambda job: app_metrics.ingest_jobs.labels(job.status).inc())
         app.state.feedback = await asyncio.to_thread(FeedbackTable, app.state.service.store.db)
+        app.state.reindex = ReindexRunner(app.state.service.store)
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
                  app.state.service.store.db.location, app.state.ingest_jobs.replica_id)
         try:
@@ -106,7 +109,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
     _add_middleware(app, settings, app_metrics)
     for router in (health.router, metrics.router, ask.router, search.router, models.router, chat.router,
                    completions.router, embeddings.router, responses.router, ingest.router, documents.router,
-                   feedback.router, ui.router):
+                   index.router, feedback.router, ui.router):
         app.include_router(router)
     return app
 

@@ -28,6 +28,7 @@ from copilot.feedback.ratings import FeedbackTable
 from copilot.service import CopilotService
 from copilot.serving.ingest_jobs import IngestJobManager
 from copilot.serving.question_job import QuestionQueue
+from copilot.serving.reindex_runner import ReindexRunner
 from ingestion.embedding import Embedder
 from ingestion.stores.chunk_store import ChunkStore
 
@@ -170,6 +171,23 @@ def delete_access(access: Access = Depends(require_api_key)) -> Access:
     return _with_right(access, access.can_delete, "delete")
 
 
+def admin_access(access: Access = Depends(require_api_key)) -> Access:
+    """Store-wide maintenance (rebuilding the dense index): a key with the ``ingest`` and ``delete``
+    rights and no read restriction (every key when none is configured).
+
+    Raises:
+        HTTPException: 401/403 as :func:`require_api_key`; 403 for any other key.
+    """
+    return _with_right(access, access.can_ingest and access.can_delete and access.reads_all,
+                       "maintain the whole store (that needs the ingest and delete rights and no read scope)")
+
+
+def get_reindex(request: Request) -> ReindexRunner:
+    """The dense-index rebuild runner."""
+    runner: ReindexRunner = request.app.state.reindex
+    return runner
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ServiceDep = Annotated[CopilotService, Depends(get_service)]
 StoreDep = Annotated[ChunkStore, Depends(get_store)]
@@ -184,3 +202,5 @@ ReadAccess = Annotated[Access, Depends(read_auth)]
 KeyAccess = Annotated[Access, Depends(require_api_key)]
 IngestAccess = Annotated[Access, Depends(ingest_access)]
 DeleteAccess = Annotated[Access, Depends(delete_access)]
+AdminAccess = Annotated[Access, Depends(admin_access)]
+ReindexDep = Annotated[ReindexRunner, Depends(get_reindex)]

@@ -289,6 +289,30 @@ class ReadyResponse(BaseModel):
     detail: str | None = None
     draft_model: str | None = Field(None, description="the draft model in use, or why none (building, refused "
                                     "by its calibration, not configured)")
+    dense_index: Literal["ok", "degraded"] | None = Field(
+        None, description="degraded: the dense index is damaged or being rebuilt, search is lexical only (still "
+        "ready); the reason is in dense_index_detail")
+    dense_index_detail: str | None = None
+
+
+class RebuildOut(BaseModel):
+    """The latest rebuild of the dense index this server started (``POST /v1/index/reindex``)."""
+
+    running: bool
+    done: int = Field(description="chunks handled so far")
+    total: int = Field(description="chunks in all (0 until counted)")
+    started_at: datetime
+    finished_at: datetime | None = None
+    error: str | None = Field(None, description="why it failed (run it again to resume)")
+
+
+class IndexStatus(BaseModel):
+    """``GET /v1/index``, ``POST /v1/index/reindex``: whether dense search works, and the latest rebuild."""
+
+    dense_index: Literal["ok", "degraded"]
+    detail: str | None = Field(None, description="the damaged file, or the unfinished rebuild, and what repairs it")
+    chunks: int = Field(description="chunks the store keeps (what a rebuild embeds)")
+    rebuild: RebuildOut | None = None
 
 
 # -- documents ----------------------------------------------------------------------------------

@@ -49,7 +49,8 @@ app = _CopilotApp(help="OpsCopilot: answers over operations logbooks and tickets
                   "2 bad usage or configuration, 4 the store is unusable (e.g. a read-only or missing data dir; "
                   "every command that opens it, serve included).",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
-documents_app = HelpTyper(help="List, delete or compact stored documents.", no_args_is_help=True)
+documents_app = HelpTyper(help="List, delete or compact stored documents, or rebuild the dense index.",
+                          no_args_is_help=True)
 app.add_typer(documents_app, name="documents")
 app.add_typer(models_app, name="models")
 
@@ -431,6 +432,32 @@ def documents_compact() -> None:
     for warning in compact(open_store_or_exit(load_settings())):
         err.print(f"warning: {warning}", highlight=False, markup=False)
     console.print("store compacted", highlight=False, markup=False)
+
+
+@documents_app.command("reindex")
+def documents_reindex() -> None:
+    """Rebuild the dense index from the chunk texts the store keeps: after the store says the dense
+    index is damaged (a disk that filled while it was written, a file cut short or deleted). Resumes
+    an interrupted rebuild; search is lexical only, and ingest waits, until it finishes. Run it with
+    the server stopped, or ask the server (POST /v1/index/reindex)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ingestion.reindex import reindex
+
+    store = open_store_or_exit(load_settings())
+    columns = (TextColumn("[bold]reindex[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
+        task = bar.add_task("", total=None)
+        try:
+            report = reindex(store, on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+        except StoreError as exc:
+            err.print(f"reindex failed: {exc}; run it again to resume", highlight=False, markup=False, soft_wrap=True)
+            raise typer.Exit(EXIT_STORE) from exc
+        finally:
+            store.close()
+    console.print(f"dense index rebuilt: {report.chunks} chunks ({report.embedded} embedded"
+                  f"{', resumed' if report.resumed else ''}) in {report.seconds:.1f} s", highlight=False, markup=False)
 
 
 @app.command("config")

@@ -20,9 +20,8 @@ import contextlib
 import json
 import logging
 import math
-import os
+import shutil
 import sqlite3
-import struct
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from readerwriterlock import rwlock
 from ingestion.documents import SearchFilter
 from ingestion.errors import StoreError
 from ingestion.stores.dense import DenseHit
+from ingestion.stores.hnsw_files import index_damage, persisted_segments, zero_unused_hnsw_slots
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,13 @@ def make_client(path: Path | None = None, url: str | None = None) -> Any:
         raise
 
 
+def _system_alive(path: Path) -> bool:
+    """Whether a Chroma system of this process still has ``path`` open (another client of the folder)."""
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    return str(path) in SharedSystemClient._identifier_to_system
+
+
 def forget_failed_client(path: Path) -> None:
     """Drop the embedded Chroma system cached for ``path`` after its start failed.
 
@@ -191,11 +198,15 @@ class ChromaStore:
         self.embedding_model = embedding_model
         if url:
             parse_url(url)  # ValueError for a malformed URL, before any connection attempt
-        self._max_batch: int | None = None
+        self.max_batch_size = 0
+        """Largest number of records one add/upsert/delete call may carry (the client's, read at open)."""
         self._lock = rwlock.RWLockWrite()  # shared: using the client; exclusive: replacing it
+        self._segments: dict[str, int] = {}  # vector segment id -> log position persisted (embedded)
         self._open()
 
     def _open(self) -> None:
+        if self.path is not None and not self.url and not _system_alive(self.path):
+            self._segments = persisted_segments(self.path / "chroma.sqlite3")  # before Chroma opens the file
         try:
             self.client = make_client(self.path, self.url)
             self.collection = self.client.get_or_create_collection(
@@ -203,6 +214,7 @@ class ChromaStore:
                 configuration={"hnsw": {"space": "cosine"}},
                 metadata={"embedding_model": self.embedding_model},
             )
+            self.max_batch_size = int(self.client.get_max_batch_size())
         except Exception as exc:  # chromadb raises assorted connection/validation errors
             where = self.url or str(self.path)
             raise StoreError(f"cannot open Chroma collection {self.collection_name!r} at {where}: {exc}") from exc
@@ -226,17 +238,35 @@ class ChromaStore:
         with self._lock.gen_wlock():
             self._reopen_client()
 
-    @property
-    def max_batch_size(self) -> int:
-        """Largest number of records one add/upsert/delete call may carry (from the client)."""
-        if self._max_batch is None:
-            with self._lock.gen_rlock():
-                self._max_batch = int(self.client.get_max_batch_size())
-        return self._max_batch
+    def damage(self) -> str | None:
+        """Why the embedded index's files cannot be read, in one line naming the file
+        (:mod:`ingestion.stores.hnsw_files`); None when they can, and for a Chroma server."""
+        if self.url or self.path is None:
+            return None
+        return index_damage(self.path, self._segments)
+
+    def reset(self) -> None:
+        """Drop every record and start an empty collection: an embedded Chroma's folder is
+        deleted (damaged files and the bytes of deleted records with it); on a server the
+        collection is deleted and created again.
+
+        Raises:
+            StoreError: the new collection cannot be created.
+        """
+        with self._lock.gen_wlock():
+            if self.url:
+                with contextlib.suppress(Exception):  # absent, or unreadable: either way it goes
+                    self.client.delete_collection(self.collection_name)
+            else:
+                assert self.path is not None
+                self.client.close()
+                forget_failed_client(self.path)
+                shutil.rmtree(self.path, ignore_errors=True)
+            self._open()
 
     def upsert(self, ids: Sequence[str], embeddings: np.ndarray, texts: Sequence[str],
                metadatas: Sequence[dict[str, Any]]) -> None:
-        """Insert or replace records, in batches of at most :attr:`max_batch_size`."""
+        """Insert or replace records, in batches of at most ``max_batch_size``."""
         size = self.max_batch_size
         for part in _batches(len(ids), size):
             with self._lock.gen_rlock():
@@ -262,8 +292,9 @@ class ChromaStore:
                     self.collection.upsert(ids=list(got["ids"]), embeddings=blank, documents=[""] * len(got["ids"]))
                 self.collection.delete(ids=ids[part])
 
-    def purge(self) -> list[str]:
-        """Remove deleted records' bytes from the embedded Chroma's files (see :func:`purge_embedded`).
+    def purge(self, compact: bool = False) -> list[str]:
+        """Remove deleted records' bytes from the embedded Chroma's files (see :func:`purge_embedded`;
+        its ``VACUUM`` compacts the database either way, so ``compact`` changes nothing).
 
         Returns:
             Warnings for what could not be purged: everything, for a Chroma server (its files
@@ -288,10 +319,6 @@ class ChromaStore:
             return [f"Chroma's log still holds {left} record(s) of collection {self.collection_name!r} "
                     "(another client of this Chroma in this process keeps its HNSW unsaved)"]
         return []
-
-    def compact(self) -> list[str]:
-        """Purge, as :meth:`purge` (the embedded database is vacuumed either way)."""
-        return self.purge()
 
     @contextlib.contextmanager
     def _sync_threshold(self, value: int) -> Iterator[None]:
@@ -417,51 +444,3 @@ def purge_embedded(sqlite_path: Path, collection_id: str, timeout_s: float = 30.
         return max(0, int(row[0]))
     finally:
         conn.close()
-
-
-def zero_unused_hnsw_slots(segment_dir: Path) -> int:
-    """Overwrite the unused slots of a Chroma HNSW segment's ``data_level0.bin`` and ``length.bin``
-    with zeros.
-
-    hnswlib saves whole buffers: ``data_level0.bin`` has ``max_elements`` slots of
-    ``size_per_element`` bytes and ``length.bin`` one 4-byte link-list length per slot, of which only
-    the first ``cur_element_count`` are in use (a file that holds only the used slots has nothing to
-    clear). The rest is memory it allocated and never initialised, so it holds whatever the process
-    freed before it — seen here: the text of a chunk just deleted, in either file. hnswlib sets a
-    slot itself when it takes one, so zeros there change nothing it reads. Layout (``header.bin``): an
-    int32 version (1), then ``offsetLevel0, max_elements, cur_element_count, size_per_element`` as uint64.
-
-    Returns:
-        Bytes overwritten (0 when the layout is not the one described: the files are left alone).
-    """
-    header = (segment_dir / "header.bin").read_bytes()
-    data = segment_dir / "data_level0.bin"
-    if len(header) < 36 or not data.is_file():
-        return 0
-    (version,) = struct.unpack_from("<i", header, 0)
-    _, max_elements, used, per_element = struct.unpack_from("<4Q", header, 4)
-    if version != 1 or used > max_elements:
-        log.warning("%s: unknown HNSW file layout; its unused slots are not cleared", segment_dir.name)
-        return 0
-    cleared = 0
-    for path, width in ((data, per_element), (segment_dir / "length.bin", 4)):
-        size = path.stat().st_size if path.is_file() else 0
-        if size == used * width:
-            continue  # saved without its unused slots (or absent): nothing to clear
-        if size != max_elements * width:
-            log.warning("%s: unknown HNSW file layout of %s; its unused slots are not cleared",
-                        segment_dir.name, path.name)
-            continue
-        cleared += _zero_from(path, int(used * width), size)
-    return cleared
-
-
-def _zero_from(path: Path, start: int, size: int) -> int:
-    """Overwrite ``path`` with zeros from byte ``start`` to ``size`` (synced); the bytes written."""
-    with open(path, "r+b") as handle:
-        handle.seek(start)
-        for offset in range(start, size, 1 << 20):
-            handle.write(bytes(min(1 << 20, size - offset)))
-        handle.flush()
-        os.fsync(handle.fileno())
-    return size - start

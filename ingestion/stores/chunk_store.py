@@ -22,6 +22,12 @@ every ingest that finds no other run live, :func:`ingestion.pipeline.ingest_run`
 stale (or finishes their deletion) so the next run rewrites them; nothing already stored is
 dropped. Re-running therefore converges to the state of one clean run.
 
+A dense index whose files cannot be read (a disk that filled while Chroma persisted, a file cut
+short or deleted) is detected at open and when a dense operation fails (:meth:`ChunkStore.refresh`):
+the store then keeps serving what needs only SQLite (lexical search, listing, reading, deleting),
+refuses to ingest, and says in one line which file is damaged and that ``copilot documents reindex``
+(:mod:`ingestion.reindex`) rebuilds the index from the chunk texts SQLite keeps.
+
 Every committed change also writes a new *generation* (and the writing process) into the
 manifest's ``meta`` table. Readers call :meth:`ChunkStore.refresh` before a dense search:
 when another process changed the store, the dense index is read anew (embedded Chroma
@@ -60,6 +66,8 @@ __all__ = ["ApplyResult", "ChunkStore", "DocumentWrite", "StoreSettings", "Write
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
+DENSE_REBUILD = "dense_rebuild"
+"""``meta`` key: ``resetting`` or ``filling`` while :mod:`ingestion.reindex` rebuilds the dense index."""
 PROCESS_ID = uuid.uuid4().hex
 """Names this process as the writer of a store generation (pids repeat across machines)."""
 
@@ -133,6 +141,10 @@ class ChunkStore:
         """Hash of everything besides content that shapes stored chunks (model, chunk settings);
         from settings only, so checking for unchanged documents never loads the model."""
         self._seen_generation = self.manifest.meta.get("generation")
+        self.dense_damage: str | None = None
+        """Why dense search is off (a damaged or half-rebuilt dense index), or None; checked at open,
+        on :meth:`reopen_dense` and when a dense operation fails."""
+        self._check_dense()
         self.reserve.ensure()
 
     # -- plumbing -------------------------------------------------------------------------
@@ -177,6 +189,26 @@ class ChunkStore:
         """Re-open the dense index, with no write or dense query of this process in flight."""
         with self.write_lock, self._dense_lock:
             self.dense.reopen()
+            self._check_dense()
+
+    def _check_dense(self) -> str | None:
+        """Whether the dense index can serve: sets and returns :attr:`dense_damage`, one line that
+        names the damaged file (or an unfinished rebuild) and the command that repairs it; None
+        when it can. Logged once per new finding. Costs a ``meta`` read and a few ``stat`` calls."""
+        damage = self.dense.damage()
+        if damage is not None:
+            problem: str | None = (f"the dense index is damaged: {damage}; run `copilot documents reindex` (or POST "
+                                   "/v1/index/reindex) to rebuild it from the stored chunks (lexical search, "
+                                   "listing, reading and deleting documents keep working meanwhile)")
+        elif self.manifest.meta.get(DENSE_REBUILD):
+            problem = ("the dense index is being rebuilt, or its rebuild was interrupted: `copilot documents "
+                       "reindex` finishes it (lexical search, listing, reading and deleting documents work meanwhile)")
+        else:
+            problem = None
+        if problem is not None and problem != self.dense_damage:
+            log.log(logging.ERROR if damage else logging.WARNING, "%s", problem)
+        self.dense_damage = problem
+        return problem
 
     def close(self) -> None:
         """Close the dense index's client and the database connections (the store is unusable afterwards)."""
@@ -210,9 +242,13 @@ class ChunkStore:
             StoreError: the dense index or the database failed; intent rows keep the batch recoverable.
         """
         chunks = [c for w in batch.writes for c in w.chunks]
+        if batch.writes and self.dense_damage:
+            raise StoreError(f"cannot ingest: {self.dense_damage}")
         started = time.perf_counter()
         embeddings = self.embedder.embed_array([c.text for c in chunks]) if chunks else None
         embed_s = time.perf_counter() - started
+        if embeddings is not None:
+            self.reserve.require_room(chunks, int(embeddings.shape[1]))
         with self.write_lock:
             write_ids = [w.document.doc_id for w in batch.writes]
             old = self.manifest.get(write_ids + list(batch.deletes))
@@ -235,7 +271,7 @@ class ChunkStore:
                 if embeddings is not None:  # there are chunks
                     self.dense.upsert([c.chunk_id for c in chunks], embeddings, [c.text for c in chunks],
                                        [c.metadata for c in chunks])
-                if stale:
+                if stale and not self.dense_damage:  # a damaged index is rebuilt from SQLite without them
                     self.dense.delete(stale)
                 with self.transaction():
                     self.lexical.delete_documents(write_ids + deletes)
@@ -249,6 +285,8 @@ class ChunkStore:
             except StoreError:
                 raise
             except Exception as exc:
+                if self._check_dense():
+                    raise StoreError(f"store write failed: {self.dense_damage}") from exc
                 full = "" if disk_full(exc) or not self.reserve.low() else \
                     f" (the disk under {self.data_dir} is full: {self.reserve.free()} bytes free)"
                 raise StoreError(f"store write failed: {type(exc).__name__}: {exc}{full}") from exc
@@ -294,7 +332,7 @@ class ChunkStore:
             kept = {p[0] for p in pending if p[1] == "delete" and self._untouched(existing.get(p[0]))}
             to_purge = [make_chunk_id(doc_id, i) for doc_id, op, extent, _, _ in pending if doc_id not in kept
                         and (op == "delete" or doc_id not in existing) for i in range(extent)]
-            if to_purge:
+            if to_purge and not self.dense_damage:
                 self.dense.delete(to_purge)
             with self.transaction():
                 for doc_id, op, extent, source, source_abs in pending:
@@ -311,22 +349,31 @@ class ChunkStore:
     def _untouched(self, rec: DocumentRecord | None) -> bool:
         """Whether a stored document's chunks are all still in the dense index (no deletion began)."""
         ids = [make_chunk_id(rec.doc_id, i) for i in range(rec.n_chunks)] if rec is not None else []
+        if self.dense_damage:  # cannot tell: keep the document (deleting it again is the user's choice)
+            return bool(ids)
         return bool(ids) and len(self.dense.get_embeddings(ids)) == len(ids)
 
     # -- reading ----------------------------------------------------------------------------
     def dense_search(self, query: str, k: int, flt: SearchFilter | None = None) -> list[ScoredChunk]:
-        """Top ``k`` chunks by cosine similarity of the query embedding (score in [-1, 1], higher is better)."""
+        """Top ``k`` chunks by cosine similarity of the query embedding (score in [-1, 1], higher is better);
+        none while :attr:`dense_damage` is set (search is then lexical only)."""
         if k <= 0 or not query.strip():
             return []
-        vector = self.embedder.embed_array([query])[0]
         self.refresh()
+        if self.dense_damage:
+            return []
+        vector = self.embedder.embed_array([query])[0]
         try:
             with self._dense_lock:
                 hits = self.dense.query(vector, k, flt)
         except Exception as exc:  # e.g. embedded Chroma's "Error finding id" on a view another process changed
+            if self._check_dense():
+                return []
             log.warning("dense search failed (%s: %s); reading the dense index anew and retrying once",
                         type(exc).__name__, exc)
             self.reopen_dense()
+            if self.dense_damage:
+                return []
             with self._dense_lock:
                 hits = self.dense.query(vector, k, flt)
         canonical = self.lexical.get_chunks([h.chunk_id for h in hits])

@@ -26,9 +26,8 @@ class DenseIndex(Protocol):
     :class:`ingestion.stores.chroma_store.ChromaStore` and
     :class:`ingestion.stores.pgvector_store.PgVectorStore`)."""
 
-    @property
-    def max_batch_size(self) -> int:
-        """Most records one write sends to the index."""
+    max_batch_size: int
+    """Most records one write sends to the index."""
 
     def upsert(self, ids: Sequence[str], embeddings: np.ndarray, texts: Sequence[str],
                metadatas: Sequence[dict[str, Any]]) -> None:
@@ -58,9 +57,13 @@ class DenseIndex(Protocol):
     def close(self) -> None:
         """Release the index's client (the index is unusable afterwards)."""
 
-    def purge(self) -> list[str]:
-        """After deletions: remove deleted records' bytes from the index's files; returns
-        warnings for what could not be removed (e.g. a server's files)."""
+    def damage(self) -> str | None:
+        """Why the index's files cannot be read, in one line naming the file; None when they can."""
 
-    def compact(self) -> list[str]:
-        """Like :meth:`purge`, and also rewrite the files without free space."""
+    def reset(self) -> None:
+        """Drop every record, damaged files included, leaving an empty index (for a rebuild)."""
+
+    def purge(self, compact: bool = False) -> list[str]:
+        """After deletions: remove deleted records' bytes from the index's files (``compact``: and
+        rewrite the files without free space); returns warnings for what could not be removed
+        (e.g. a server's files)."""

@@ -225,6 +225,10 @@ class LexicalIndex:
         the score is higher for better matches."""
         raise NotImplementedError
 
+    def chunk_ids(self) -> list[str]:
+        """Every stored chunk id, in id order."""
+        return [str(r[0]) for r in self.db.query("SELECT chunk_id FROM chunks ORDER BY chunk_id")]
+
     def count(self) -> int:
         """Number of chunk rows."""
         return int(self.db.query("SELECT COUNT(*) FROM chunks")[0][0])

@@ -171,15 +171,23 @@ class PgVectorStore:
     def close(self) -> None:
         """Nothing of its own: the table is read through the store's database, closed with it."""
 
-    def purge(self) -> list[str]:
+    def damage(self) -> str | None:
+        """None: PostgreSQL checks its own files."""
+        return None
+
+    def reset(self) -> None:
+        """Drop the table (created again by the next upsert)."""
+        self.db.executescript(f"DROP TABLE IF EXISTS {TABLE}")
+        self._dim = None
+
+    def purge(self, compact: bool = False) -> list[str]:
         """After deletions: plain ``VACUUM`` of the table (dead rows and their HNSW and filter
         index entries removed; PostgreSQL leaves the freed space unzeroed until reused, and its
-        WAL keeps the rows for as long as the server retains WAL). No warnings."""
-        self.db.reclaim([TABLE])
-        return []
-
-    def compact(self) -> list[str]:
-        """``VACUUM FULL`` of the table: rewritten into new files, the old ones removed."""
-        self.db.compact([TABLE])
+        WAL keeps the rows for as long as the server retains WAL); ``compact``: ``VACUUM FULL``
+        (rewritten into new files, the old ones removed). No warnings."""
+        if compact:
+            self.db.compact([TABLE])
+        else:
+            self.db.reclaim([TABLE])
         return []
 

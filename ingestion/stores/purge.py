@@ -19,6 +19,7 @@ A purge that cannot finish (a reader holds the write-ahead log, a Chroma server)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ingestion.errors import StoreError
@@ -45,7 +46,7 @@ def purge(store: ChunkStore) -> list[str]:
     with store.write_lock:
         try:
             store.lexical.scrub()
-            warnings = store.dense.purge()
+            warnings = _dense(store, store.dense.purge)
             with store.db.transaction():
                 store.manifest.meta.set(PURGE_PENDING, "1" if warnings else "")
             if not store.db.reclaim(PURGED_TABLES):
@@ -58,6 +59,15 @@ def purge(store: ChunkStore) -> list[str]:
     for warning in warnings:
         log.warning("purge: %s", warning)
     return warnings
+
+
+def _dense(store: ChunkStore, step: Callable[[], list[str]]) -> list[str]:
+    """Run the dense index's purge or compaction ``step``, unless the index is damaged: its files are
+    then replaced by the rebuild (:mod:`ingestion.reindex`), deleted bytes with them."""
+    if store.dense_damage:
+        return ["the dense index is damaged; its files, with any deleted record's bytes, are replaced when "
+                "`copilot documents reindex` rebuilds it"]
+    return step()
 
 
 def purge_pending(store: ChunkStore) -> bool:
@@ -78,7 +88,7 @@ def compact(store: ChunkStore) -> list[str]:
     with store.write_lock:
         try:
             store.lexical.compact()
-            warnings = store.dense.compact()
+            warnings = _dense(store, lambda: store.dense.purge(compact=True))
             with store.db.transaction():
                 store.manifest.meta.set(PURGE_PENDING, "1" if warnings else "")
             store.db.compact(PURGED_TABLES)

@@ -22,7 +22,8 @@ async def healthz() -> HealthResponse:
 @router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
 async def readyz(service: ServiceDep) -> ReadyResponse | JSONResponse:
     """Model loaded (an external model server answering) and store reachable (its database and
-    dense index answer); 503 otherwise, naming what is not."""
+    dense index answer); 503 otherwise, naming what is not. A damaged dense index (search is then
+    lexical only) is ready, with ``dense_index: degraded`` and the reason."""
     engine = service.models.engine
     model_loaded = engine is not None
     server_error = None
@@ -35,6 +36,7 @@ async def readyz(service: ServiceDep) -> ReadyResponse | JSONResponse:
 
     def probe() -> int:
         service.store.ping()
+        service.store.refresh()  # another process's rebuild or damage
         return service.store.lexical.count()
 
     try:
@@ -49,5 +51,7 @@ async def readyz(service: ServiceDep) -> ReadyResponse | JSONResponse:
     ready = model_loaded and reachable and server_error is None
     body = ReadyResponse(status="ready" if ready else "not ready", model_loaded=model_loaded,
                          store_reachable=reachable, chunks=chunks, detail=detail,
-                         draft_model=service.models.draft_status)
+                         draft_model=service.models.draft_status,
+                         dense_index=None if not reachable else "degraded" if service.store.dense_damage else "ok",
+                         dense_index_detail=service.store.dense_damage)
     return body if ready else JSONResponse(body.model_dump(), status_code=503)
