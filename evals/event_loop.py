@@ -71,7 +71,8 @@ def run() -> dict:
     ingest_paths([CORPUS], service.store, progress=False)
     service.warm_up()
     rows = []
-    with ServerThread(create_app(settings, service)) as server, httpx.Client(base_url=server.url, timeout=600) as client:
+    with ServerThread(create_app(settings, service)) as server, \
+            httpx.Client(base_url=server.url, timeout=600) as client:
         for name, (path, body) in hostile_requests().items():
             stop, worst = threading.Event(), [0.0]
             probe = threading.Thread(target=_probe_health, args=(server.url, stop, worst))

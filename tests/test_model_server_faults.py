@@ -86,6 +86,11 @@ class Upstream(BaseHTTPRequestHandler):
                     self.wfile.write(_chunk(" more"))
             elif mode == "stall":  # nothing more for longer than the bound, then ends
                 time.sleep(TIMEOUT_S * 3)
+            elif mode == "trickle":  # endless: a token every 0.2 s until the client hangs up (10 min at most)
+                for _ in range(3000):
+                    self.wfile.write(_chunk(" and"))
+                    self.wfile.flush()
+                    time.sleep(0.2)
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -182,3 +187,58 @@ def test_a_client_leaving_during_a_stall_frees_its_batch_slot_at_once(upstream, 
     assert busy is not None and busy.endswith(" 0.0"), busy
     upstream.mode = "ok"
 
+
+
+def test_sigterm_stops_the_server_while_an_endless_upstream_streams(upstream, tmp_path):
+    """``copilot serve`` (a real process) holding a request on an upstream that never stops streaming
+    exits on SIGTERM within uvicorn's graceful-shutdown bound, instead of only on SIGKILL."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from copilot.api.server import GRACEFUL_SHUTDOWN_S, free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COPILOT_")}
+    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", COPILOT_DATA_DIR=str(tmp_path / "data"),
+               COPILOT_TARGET_URL=f"http://127.0.0.1:{upstream.server_address[1]}/v1", COPILOT_MIN_SUPPORT="0")
+    corpus = Path(__file__).resolve().parents[1] / "evals" / "data" / "corpus"
+    copilot = str(Path(sys.executable).with_name("copilot"))
+    proc = subprocess.Popen([copilot, "serve", "--port", str(port), "--ingest-if-empty", str(corpus)], env=env,
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    upstream.mode = "trickle"
+    held: list[object] = []
+
+    def ask() -> None:
+        try:
+            reply = httpx.post(url + "/v1/ask", json={"question": QUESTION, "stream": True}, timeout=120)
+            held.append(reply.status_code)
+        except httpx.HTTPError as exc:
+            held.append(exc)
+
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        asker = threading.Thread(target=ask, daemon=True)
+        asker.start()
+        time.sleep(3)  # the answer is streaming from the endless upstream
+        assert asker.is_alive() and not held
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=GRACEFUL_SHUTDOWN_S + 50)
+        assert time.monotonic() - stopped < GRACEFUL_SHUTDOWN_S + 50  # measured: 0.2 s
+    finally:
+        upstream.mode = "ok"
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled, after shutdown
