@@ -10,8 +10,9 @@ Resumable and idempotent: the ``meta`` key :data:`~ingestion.stores.chunk_store.
 how far a rebuild got (``resetting``, then ``filling``). A run killed while filling resumes with the
 chunks the index does not hold yet; one killed while resetting (or that finds the index damaged
 again) resets again. Deletions may run meanwhile; chunks the index holds but the store no longer
-does are removed at the end, under the write lock, before the key is cleared. Ingest waits (the
-run holds the ingest lock).
+does are removed at the end, under the write lock, before the key is cleared, and a deletion's
+pending purge then runs (its text may have been written to the new files before it was deleted).
+Ingest waits (the run holds the ingest lock).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ingestion.stores.chunk_store import DENSE_REBUILD, ChunkStore
+from ingestion.stores.purge import purge, purge_pending
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,7 @@ def reindex(store: ChunkStore, *, batch_size: int = REINDEX_BATCH,
         resumed = state == "filling" and store.dense.damage() is None
         if not resumed:
             _set_state(store, "resetting")
-            with store.write_lock:
-                store.dense.reset()
+            store.reopen_dense(reset=True)
             _set_state(store, "filling")
         log.info("%s the dense index from the stored chunks", "resuming the rebuild of" if resumed else "rebuilding")
         held = set(store.dense.all_ids())
@@ -90,6 +91,8 @@ def reindex(store: ChunkStore, *, batch_size: int = REINDEX_BATCH,
             if gone:
                 store.dense.delete(gone)
             _set_state(store, "")
+            if purge_pending(store):  # a document deleted meanwhile: its text may be in the new files
+                purge(store)
             chunks_now = store.dense.count()
     report = ReindexReport(chunks=chunks_now, embedded=embedded, removed=len(gone), resumed=resumed,
                            seconds=time.perf_counter() - started)

@@ -69,11 +69,21 @@ def _cut(path: Path) -> None:
     os.truncate(path, path.stat().st_size // 2)
 
 
+def _cut_after_a_dot(path: Path) -> None:
+    """Cut the file just after a ``.`` byte (a pickle's STOP opcode, and a character of chunk ids)."""
+    data = path.read_bytes()
+    path.write_bytes(data[:data.rindex(b".", 0, len(data) // 2) + 1])
+
+
+#: Damage -> what the one line at open must name. The segment folder is passed in.
 DAMAGES = {
-    "id map cut short": lambda seg: _cut(seg / ID_MAP),
-    "vectors cut short": lambda seg: _cut(seg / DATA),
-    "header deleted": lambda seg: (seg / HEADER).unlink(),
-    "segment folder deleted": lambda seg: shutil.rmtree(seg),
+    "id map cut short": (lambda seg: _cut(seg / ID_MAP), ID_MAP),
+    "id map cut after a dot": (lambda seg: _cut_after_a_dot(seg / ID_MAP), ID_MAP),
+    "vectors cut short": (lambda seg: _cut(seg / DATA), DATA),
+    "header deleted": (lambda seg: (seg / HEADER).unlink(), HEADER),
+    "segment folder deleted": (lambda seg: shutil.rmtree(seg), "is missing"),
+    "database cut short": (lambda seg: _cut(seg.parent / "chroma.sqlite3"), "chroma.sqlite3 cannot be opened"),
+    "chroma folder deleted": (lambda seg: shutil.rmtree(seg.parent), "holds no chunk"),
 }
 
 
@@ -87,7 +97,7 @@ def built(tmp_path_factory) -> tuple[Path, dict[str, list[tuple[str, float]]]]:
 def _damaged_copy(built, tmp_path: Path, damage: str) -> Path:
     data = tmp_path / "data"
     shutil.copytree(built[0], data)
-    DAMAGES[damage](_segment(data))
+    DAMAGES[damage][0](_segment(data))
     return data
 
 
@@ -100,8 +110,7 @@ def test_damage_is_named_at_open_and_reindex_restores_the_results(built, tmp_pat
         errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
         assert len(errors) == 1 and "\n" not in errors[0], errors
         assert store.dense_damage == errors[0]
-        named = _segment_name(data, damage)
-        assert named in store.dense_damage and "copilot documents reindex" in store.dense_damage
+        assert DAMAGES[damage][1] in store.dense_damage and "copilot documents reindex" in store.dense_damage
         assert all(store.dense_search(q, 8) == [] for q in QUERIES)  # off, not an error
         assert store.lexical_search("dCache pool restart", 5)  # lexical search keeps working
 
@@ -118,12 +127,44 @@ def test_damage_is_named_at_open_and_reindex_restores_the_results(built, tmp_pat
         reopened.close()
 
 
-def _segment_name(data: Path, damage: str) -> str:
-    """What the one line must name: the file (or the folder, when it is gone)."""
-    segments = [p for p in (data / "chroma").iterdir() if p.is_dir()]
-    folder = segments[0] if segments else None
-    return {"id map cut short": ID_MAP, "vectors cut short": DATA, "header deleted": HEADER}.get(
-        damage, folder.name if folder else "is missing")
+def test_damage_no_file_check_sees_turns_dense_search_off_at_its_second_failure(built, tmp_path, caplog):
+    """Vectors overwritten in place (the files keep their sizes): the first search that fails again after
+    re-reading the index turns dense search off, naming reindex, instead of raising; reindex repairs it."""
+    data = tmp_path / "data"
+    shutil.copytree(built[0], data)
+    vectors = _segment(data) / DATA
+    vectors.write_bytes(os.urandom(vectors.stat().st_size))
+    store = ChunkStore(data, embedder=HashEmbedder())
+    try:
+        assert store.dense_damage is None  # nothing to see in the files
+        for q in QUERIES:
+            store.dense_search(q, 8)  # no exception, whatever Chroma makes of the bytes
+        if store.dense_damage is not None:
+            assert "copilot documents reindex" in store.dense_damage
+            assert store.dense_search(QUERIES[0], 8) == []
+        reindex(store)
+        assert store.dense_damage is None and _dense_results(store) == built[1]
+    finally:
+        store.close()
+
+
+def test_a_document_deleted_during_the_rebuild_leaves_no_text_in_the_new_files(built, tmp_path):
+    data = _damaged_copy(built, tmp_path, "id map cut short")
+    store = ChunkStore(data, embedder=HashEmbedder())
+    victim = "tickets/jira_export.json#OPS-105"
+    marker = store.lexical.document_chunks(victim)[0].text.split("\n")[-1][:40].encode()
+    deleted: list[bool] = []
+
+    def delete_midway(done: int, total: int) -> None:
+        if not deleted and done >= total // 2:
+            deleted.append(delete_document(store, victim))
+
+    try:
+        reindex(store, batch_size=8, on_progress=delete_midway)
+        assert deleted == [True] and store.manifest.info(victim) is None
+    finally:
+        store.close()
+    assert all(marker not in p.read_bytes() for p in (data / "chroma").rglob("*") if p.is_file())
 
 
 def test_while_damaged_reads_and_deletes_work_and_ingest_refuses(built, tmp_path):

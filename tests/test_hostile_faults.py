@@ -347,3 +347,12 @@ def test_a_target_that_cannot_load_is_one_line_and_exit_2(tmp_path, model):
                               capture_output=True, text=True, timeout=300, cwd=REPO)
         assert done.returncode == 2, (args, done.stderr[-2000:])
         assert "Traceback" not in done.stderr and "cannot load the model" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_reserve_kept_from_a_larger_disk_shrinks_to_this_ones_size(tmp_path):
+    """A store copied onto a small disk brings its 8 MiB reserve; the reserve sized to this disk is kept instead."""
+    from ingestion.stores.space_reserve import SpaceReserve
+
+    (tmp_path / RESERVE_NAME).write_bytes(bytes(3 << 20))
+    reserve = SpaceReserve(tmp_path, size=1 << 20)
+    assert reserve.ensure() and reserve.held() == 1 << 20

@@ -37,12 +37,10 @@ def test_a_failed_chroma_start_does_not_poison_the_next_open(tmp_path):
     folder = tmp_path / "chroma"
     folder.mkdir()
     (folder / "chroma.sqlite3").write_bytes(b"not a database" * 512)
-    try:
-        ChromaStore(folder, None, "opscopilot", "hash")
-    except Exception as exc:
-        assert "bindings" not in str(exc)
-    else:
-        raise AssertionError("an unreadable chroma.sqlite3 opened")
+    damaged = ChromaStore(folder, None, "opscopilot", "hash")  # opens closed, naming the file (the store degrades)
+    damage = damaged.damage()
+    assert damage is not None and "chroma.sqlite3 cannot be opened" in damage and "bindings" not in damage
+    damaged.close()
     (folder / "chroma.sqlite3").unlink()
     store = ChromaStore(folder, None, "opscopilot", "hash")
     assert store.count() == 0

@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import math
+import re
 import shutil
 import sqlite3
 import warnings
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 
 _INT64 = 2**63
+#: Words of a failed open that mean the embedded files are damaged (not a lock, a server, a setting).
+_DAMAGED = re.compile(r"malformed|not a database|disk image|hnsw|pickle|no such table|corrupt", re.IGNORECASE)
 
 
 def _safe_key(key: object) -> str:
@@ -202,11 +205,26 @@ class ChromaStore:
         """Largest number of records one add/upsert/delete call may carry (the client's, read at open)."""
         self._lock = rwlock.RWLockWrite()  # shared: using the client; exclusive: replacing it
         self._segments: dict[str, int] = {}  # vector segment id -> log position persisted (embedded)
+        self.fresh = False
+        """The embedded index was created by the latest open (its folder held no database before)."""
+        self._open_error: str | None = None  # why an embedded Chroma with damaged files did not open
+        self.client: Any = None
         self._open()
 
     def _open(self) -> None:
-        if self.path is not None and not self.url and not _system_alive(self.path):
-            self._segments = persisted_segments(self.path / "chroma.sqlite3")  # before Chroma opens the file
+        """Open the client and the collection. An embedded Chroma whose files are damaged (SQLite's
+        "malformed", Chroma's "Error ... hnsw", a pickle it cannot read) is left closed, with the
+        reason in :meth:`damage`, so the store can serve what needs no dense index and a rebuild can
+        replace the folder.
+
+        Raises:
+            StoreError: the server is unreachable, another failure, or another embedding model.
+        """
+        self.client, self._open_error = None, None
+        if self.path is not None and not self.url:
+            self.fresh = not (self.path / "chroma.sqlite3").exists()
+            if not _system_alive(self.path):
+                self._segments = persisted_segments(self.path / "chroma.sqlite3")  # before Chroma opens the file
         try:
             self.client = make_client(self.path, self.url)
             self.collection = self.client.get_or_create_collection(
@@ -217,6 +235,10 @@ class ChromaStore:
             self.max_batch_size = int(self.client.get_max_batch_size())
         except Exception as exc:  # chromadb raises assorted connection/validation errors
             where = self.url or str(self.path)
+            if not self.url and _DAMAGED.search(str(exc)):
+                self._close_client()
+                self._open_error = f"{where}/chroma.sqlite3 cannot be opened: {exc}"
+                return
             raise StoreError(f"cannot open Chroma collection {self.collection_name!r} at {where}: {exc}") from exc
         recorded = (self.collection.metadata or {}).get("embedding_model")
         if recorded and recorded != self.embedding_model:
@@ -234,16 +256,17 @@ class ChromaStore:
         """
         if self.url:
             return
-        log.info("re-opening the embedded Chroma at %s: another process changed it", self.path)
+        log.info("re-reading the embedded Chroma at %s", self.path)
         with self._lock.gen_wlock():
             self._reopen_client()
 
     def damage(self) -> str | None:
         """Why the embedded index's files cannot be read, in one line naming the file
-        (:mod:`ingestion.stores.hnsw_files`); None when they can, and for a Chroma server."""
+        (:mod:`ingestion.stores.hnsw_files`, or its database did not open); None when they can, and
+        for a Chroma server."""
         if self.url or self.path is None:
             return None
-        return index_damage(self.path, self._segments)
+        return self._open_error or index_damage(self.path, self._segments)
 
     def reset(self) -> None:
         """Drop every record and start an empty collection: an embedded Chroma's folder is
@@ -259,7 +282,7 @@ class ChromaStore:
                     self.client.delete_collection(self.collection_name)
             else:
                 assert self.path is not None
-                self.client.close()
+                self._close_client()
                 forget_failed_client(self.path)
                 shutil.rmtree(self.path, ignore_errors=True)
             self._open()
@@ -274,6 +297,7 @@ class ChromaStore:
                     ids=list(ids[part]), embeddings=embeddings[part], documents=list(texts[part]),
                     metadatas=[sanitize_metadata(m) for m in metadatas[part]],
                 )
+        self.fresh = False
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete records by id (missing ids are ignored), in batches.
@@ -308,7 +332,7 @@ class ChromaStore:
             with self._sync_threshold(1):
                 self.collection.count()  # replays the log into the HNSW writer, which persists; Chroma purges the log
             collection_id = str(self.collection.id)
-            self.client.close()  # no SQLite of Chroma's has the file open while ours rewrites it
+            self._close_client()  # no SQLite of Chroma's has the file open while ours rewrites it
             try:
                 left = purge_embedded(self.path / "chroma.sqlite3", collection_id)
                 for header in self.path.glob("*/header.bin"):
@@ -346,11 +370,16 @@ class ChromaStore:
         """Close the client: an embedded Chroma left open keeps its segments (and its unsaved
         HNSW index) cached in this process, which later clients of the same folder share."""
         with self._lock.gen_wlock():
+            self._close_client()
+
+    def _close_client(self) -> None:
+        if self.client is not None:
             self.client.close()
+        self.client = None
 
     def _reopen_client(self) -> None:
         """Replace the client (the caller holds the lock's exclusive side)."""
-        self.client.close()
+        self._close_client()
         self._open()
 
     def query(self, embedding: Sequence[float] | np.ndarray, k: int, flt: SearchFilter | None = None) -> list[DenseHit]:

@@ -40,6 +40,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -66,6 +67,8 @@ __all__ = ["ApplyResult", "ChunkStore", "DocumentWrite", "StoreSettings", "Write
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
+#: An error of the dense index that says its files cannot be read (Chroma's words).
+_DENSE_READ = re.compile(r"hnsw segment reader|deserializing pickle|Error loading hnsw|Error finding id", re.IGNORECASE)
 DENSE_REBUILD = "dense_rebuild"
 """``meta`` key: ``resetting`` or ``filling`` while :mod:`ingestion.reindex` rebuilds the dense index."""
 PROCESS_ID = uuid.uuid4().hex
@@ -144,6 +147,7 @@ class ChunkStore:
         self.dense_damage: str | None = None
         """Why dense search is off (a damaged or half-rebuilt dense index), or None; checked at open,
         on :meth:`reopen_dense` and when a dense operation fails."""
+        self._dense_failure: str | None = None  # a dense query failed again after re-reading the index
         self._check_dense()
         self.reserve.ensure()
 
@@ -185,22 +189,32 @@ class ChunkStore:
         self.reopen_dense()
         return True
 
-    def reopen_dense(self) -> None:
-        """Re-open the dense index, with no write or dense query of this process in flight."""
+    def reopen_dense(self, reset: bool = False) -> None:
+        """Re-open the dense index (``reset``: emptied first, for a rebuild: :mod:`ingestion.reindex`),
+        with no write or dense query of this process in flight, and check it again."""
         with self.write_lock, self._dense_lock:
-            self.dense.reopen()
+            if reset:
+                self.dense.reset()
+            else:
+                self.dense.reopen()
+            self._dense_failure = None
             self._check_dense()
 
     def _check_dense(self) -> str | None:
         """Whether the dense index can serve: sets and returns :attr:`dense_damage`, one line that
         names the damaged file (or an unfinished rebuild) and the command that repairs it; None
-        when it can. Logged once per new finding. Costs a ``meta`` read and a few ``stat`` calls."""
-        damage = self.dense.damage()
+        when it can. Logged once per new finding. Costs a ``meta`` read, a chunk count when the
+        dense index was just created, and a few ``stat`` calls."""
+        damage = self.dense.damage() or self._dense_failure
+        rebuilding = self.manifest.meta.get(DENSE_REBUILD)
+        if damage is None and self.dense.fresh and not rebuilding and self.lexical.count():
+            damage = (f"it holds no chunk while the store holds {self.lexical.count()} (its files were deleted or "
+                      "replaced)")
         if damage is not None:
             problem: str | None = (f"the dense index is damaged: {damage}; run `copilot documents reindex` (or POST "
                                    "/v1/index/reindex) to rebuild it from the stored chunks (lexical search, "
                                    "listing, reading and deleting documents keep working meanwhile)")
-        elif self.manifest.meta.get(DENSE_REBUILD):
+        elif rebuilding:
             problem = ("the dense index is being rebuilt, or its rebuild was interrupted: `copilot documents "
                        "reindex` finishes it (lexical search, listing, reading and deleting documents work meanwhile)")
         else:
@@ -287,6 +301,9 @@ class ChunkStore:
             except Exception as exc:
                 if self._check_dense():
                     raise StoreError(f"store write failed: {self.dense_damage}") from exc
+                if _DENSE_READ.search(str(exc)):
+                    raise StoreError(f"store write failed: the dense index cannot be read ({type(exc).__name__}: "
+                                     f"{exc}); `copilot documents reindex` rebuilds it from the stored chunks") from exc
                 full = "" if disk_full(exc) or not self.reserve.low() else \
                     f" (the disk under {self.data_dir} is full: {self.reserve.free()} bytes free)"
                 raise StoreError(f"store write failed: {type(exc).__name__}: {exc}{full}") from exc
@@ -374,8 +391,13 @@ class ChunkStore:
             self.reopen_dense()
             if self.dense_damage:
                 return []
-            with self._dense_lock:
-                hits = self.dense.query(vector, k, flt)
+            try:
+                with self._dense_lock:
+                    hits = self.dense.query(vector, k, flt)
+            except Exception as again:  # undetected damage (e.g. a pickle cut after a "."): off until rebuilt
+                self._dense_failure = f"a search failed again after re-reading it ({type(again).__name__}: {again})"
+                self._check_dense()
+                return []
         canonical = self.lexical.get_chunks([h.chunk_id for h in hits])
         out: list[ScoredChunk] = []
         for hit in hits:
@@ -394,7 +416,8 @@ class ChunkStore:
         """Raise StoreError if SQLite or Chroma does not answer (for readiness probes)."""
         try:
             self.db.ping()
-            self.dense.heartbeat()
+            if not self.dense_damage:  # a damaged index is reported as such (``dense_damage``), not as down
+                self.dense.heartbeat()
         except Exception as exc:
             raise StoreError(f"store unreachable: {type(exc).__name__}: {exc}") from exc
 

@@ -28,6 +28,8 @@ class DenseIndex(Protocol):
 
     max_batch_size: int
     """Most records one write sends to the index."""
+    fresh: bool
+    """The latest open found no index and created an empty one, and nothing was written to it since."""
 
     def upsert(self, ids: Sequence[str], embeddings: np.ndarray, texts: Sequence[str],
                metadatas: Sequence[dict[str, Any]]) -> None:

@@ -60,6 +60,7 @@ class PgVectorStore:
             raise StoreError(f"PostgreSQL at {db.location} has no pgvector extension ({exc}); install pgvector "
                              "there, or keep the dense index in a Chroma server (COPILOT_CHROMA_URL)") from exc
         self._dim = self._table_dim()
+        self.fresh = self._dim is None
 
     def _table_dim(self) -> int | None:
         row = self.db.query_one(
@@ -91,6 +92,7 @@ class PgVectorStore:
         dim = int(embeddings.shape[1])
         if self._dim is None:
             self._create(dim)
+            self.fresh = False
         elif dim != self._dim:
             raise StoreError(f"embedding dimension {dim} differs from the pgvector table's {self._dim}")
         rows = []
@@ -166,7 +168,7 @@ class PgVectorStore:
 
     def reopen(self) -> None:
         """Nothing to drop: every query reads the server's current state."""
-        self._refresh_dim()
+        self.fresh = self._refresh_dim() is None
 
     def close(self) -> None:
         """Nothing of its own: the table is read through the store's database, closed with it."""

@@ -110,7 +110,11 @@ class SpaceReserve:
 
         Never raises: a reserve that cannot be allocated is logged and tried again next time.
         """
-        if self.size <= 0 or self.held() >= self.size:
+        held = self.held()
+        if self.size <= 0 or held == self.size:
+            return True
+        if held > self.size:  # kept from a larger disk, or before the reserve was sized to this one
+            os.truncate(self.path, self.size)
             return True
         if self.free() < 2 * self.size:
             return False

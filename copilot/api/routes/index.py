@@ -26,8 +26,9 @@ router = APIRouter(prefix="/v1/index", tags=["documents"])
 
 def _status(store: ChunkStore, runner: ReindexRunner) -> IndexStatus:
     store.refresh()  # another process's rebuild or damage
-    problem = store.dense_damage
     state = runner.state
+    problem = store.dense_damage or ("the dense index is being rebuilt" if state is not None and state.running
+                                     else None)
 
     def when(t: float | None) -> datetime | None:
         return None if t is None else datetime.fromtimestamp(t, timezone.utc)
