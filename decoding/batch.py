@@ -1,12 +1,12 @@
 """Continuous batching: requests that join and leave between rounds share each target pass.
 
 A :class:`Batch` holds running requests of one engine (:class:`~decoding.request.RequestState`).
-:meth:`Batch.add` admits one: into an idle batch its prefill runs at once; while others
-decode it is prefilled one chunk per round (chunked prefill on the target's fixed
+:meth:`Batch.add` admits one: into an idle batch its prefill runs at once, in the target's largest
+runs; while others decode it is prefilled one chunk per round (chunked prefill on the target's fixed
 boundaries, :attr:`~decoding.backends.target.Target.prefill_chunk`), so the admitted streams keep
-getting tokens while a newcomer prefills. :meth:`Batch.step` runs one round for all: each
-request plans (alone: its own policy, exactly as today; in a
-batch: γ per request from the batch's cost, :mod:`decoding.planning.batch_policy`) and drafts, one
+getting tokens while a newcomer prefills, and what is left of it once they end goes in at once.
+:meth:`Batch.step` runs one round for all: each request plans (alone: its own policy, exactly as
+today; in a batch: γ per request from the batch's cost, :mod:`decoding.planning.batch_policy`) and drafts, one
 target pass verifies every request's draft (:meth:`Target.forward <decoding.backends.target.Target.forward>`: each
 request attends to its own KV cache), and each commits through its own stop checker. A
 finished or cancelled request leaves at the round boundary; the others never notice
@@ -77,12 +77,9 @@ class Batch:
             if any(not s.prefilling for s in self.active):
                 state.begin()
                 events = [] if state.prefilling else [state.prefill_chunk() or StreamEvent("")]
-            else:  # its whole prefill now
+            else:  # its whole prefill now, in the target's largest runs
                 state.begin()
-                first = None
-                while first is None:
-                    first = state.prefill_chunk()
-                events = [first]
+                events = [state.prefill_chunk(rest=True) or StreamEvent("")]
             if state.done:
                 events.append(state.finish())
             else:
@@ -107,8 +104,8 @@ class Batch:
                 check_cancel(state)
             running = [s for s in self.active if not s.done and not s.prefilling]
             newcomer = next((s for s in self.active if s.prefilling), None)
-            if newcomer is not None:
-                first = newcomer.prefill_chunk()
+            if newcomer is not None:  # a chunk a round while others decode; else the rest at once
+                first = newcomer.prefill_chunk(rest=not running)
                 if first is not None:
                     events.append((newcomer, first))
             if running:

@@ -202,10 +202,11 @@ class RequestState:
         self._cache, self._prefilled, self._prompt_logits = reuse.cache, reuse.tokens, reuse.logits
         self.stats.prefix_reused_tokens = reuse.tokens
 
-    def prefill_chunk(self) -> StreamEvent | None:
+    def prefill_chunk(self, rest: bool = False) -> StreamEvent | None:
         """Prefill the prompt's next chunk, up to the next multiple of the target's
         :attr:`~decoding.backends.target.Target.prefill_chunk` (the same boundaries however the
-        prefill is spread over rounds); after the last one choose the first token and start
+        prefill is spread over rounds), or with ``rest`` all of it that is left (the target keeps
+        those boundaries inside the call); after the last chunk choose the first token and start
         the drafters. Returns the first token's event then, ``None`` before (and an empty
         event for a request that ended in :meth:`begin`)."""
         if self._cache is None:
@@ -213,7 +214,7 @@ class RequestState:
         target, stats = self.core.target, self.stats
         if self._prompt_logits is None:  # else the whole prompt was reused (core.prefix_cache)
             chunk = target.prefill_chunk
-            end = min(len(self.prompt), (self._prefilled // chunk + 1) * chunk)
+            end = len(self.prompt) if rest else min(len(self.prompt), (self._prefilled // chunk + 1) * chunk)
             logits = target.prefill(self.prompt[self._prefilled:end], self._cache)
             self._prefilled = end
             if end < len(self.prompt):

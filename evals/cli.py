@@ -224,12 +224,13 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
     (every mode with the loop stop)."""
     from evals.harness import hardware_summary
     from evals.latency import DRAFT_MODEL_MODES, HF_MODES, KERNEL_MATCHED_MODES, OUR_MODES, run_latency
+    from evals.llamacpp_anchor import LLAMACPP_MODES
     from evals.report import latency_markdown, latency_plots
 
     mode_list = list(dict.fromkeys(m.strip() for m in modes.split(",") if m.strip())) if modes is not None else None
     if mode_list == []:
         raise typer.BadParameter("no modes given", param_hint="--modes")
-    known = (*HF_MODES, *KERNEL_MATCHED_MODES, *OUR_MODES)
+    known = (*HF_MODES, *KERNEL_MATCHED_MODES, *LLAMACPP_MODES, *OUR_MODES)  # run_latency checks them by backend
     unknown = [m for m in mode_list or [] if m not in known]
     if unknown:
         raise typer.BadParameter(f"unknown modes {unknown}; known: {', '.join(known)}",

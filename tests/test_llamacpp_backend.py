@@ -13,7 +13,7 @@ import torch
 
 from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
 from decoding.backends.embedded import QWEN_CODER_05B, SMOLLM2_135M
-from decoding.backends.llamacpp import N_BATCH, available
+from decoding.backends.llamacpp import N_BATCH, PREFILL_RUN, available
 from decoding.core import EngineConfig
 from decoding.logits import effective_settings
 from evals.exactness import library_greedy, seam_greedy
@@ -144,7 +144,8 @@ def test_a_newcomer_is_prefilled_a_chunk_per_round_while_the_admitted_stream_dec
             assert a.done or any(s is a and e.token_ids for s, e in step)  # the stream was not stalled
         for s, e in step:
             out[id(s)] += e.token_ids
-    assert rounds_to_first == chunks
+    assert rounds_to_first <= chunks  # a chunk a round while the stream decodes; the rest at once after
+    assert rounds_to_first == chunks or a.done
     assert [out[id(a)], out[id(b)]] == references[:2]
 
 
@@ -172,6 +173,26 @@ def test_sequences_are_pooled_and_bad_passes_are_refused(qwen):
             qwen.forward([([], cache)])
     finally:
         qwen.release(cache)
+
+
+def test_whole_chunks_are_prefilled_together_and_the_last_partial_one_alone(qwen):
+    """A call that brings several whole chunks decodes them in runs of up to PREFILL_RUN tokens, the
+    last partial chunk on its own; the logits are bitwise those of chunk-by-chunk prefill."""
+    chunk = qwen.prefill_chunk
+    assert [qwen._run_length(0, n) for n in (600, 88, 24)] == [PREFILL_RUN // chunk * chunk, chunk, 24]
+    assert qwen._run_length(chunk + 5, 600) == chunk - 5  # never across a boundary from inside a chunk
+    prompt = (_prompts(qwen)[1][0] * 4)[: 5 * chunk + 9]
+    whole, by_chunk = qwen.new_cache(len(prompt) + 1), qwen.new_cache(len(prompt) + 1)
+    try:
+        at_once = qwen.prefill(prompt, whole)
+        for start in range(0, len(prompt), chunk):
+            last = qwen.prefill(prompt[start:start + chunk], by_chunk)
+        assert torch.equal(at_once, last)
+        nxt = [int(at_once.argmax())]
+        assert torch.equal(qwen.forward([(nxt, whole)])[0], qwen.forward([(nxt, by_chunk)])[0])
+    finally:
+        qwen.release(whole)
+        qwen.release(by_chunk)
 
 
 def test_a_prompt_longer_than_one_batch_is_prefilled_in_fixed_chunks(qwen):

@@ -8,10 +8,11 @@ the Qwen2.5-Coder 0.5B, 1.12 GB for the 1.5B) and every matrix product is the fi
 - one ``llama_context`` with ``n_seq_max`` sequences, each with a KV stream of its own
   (``kv_unified = false``); a request's KV cache is one sequence id (:class:`LlamaSequence`),
   so its cells sit at the same indices whether it decodes alone or in a batch;
-- :meth:`~LlamaCppModel.prefill` decodes the prompt in chunks of :data:`PREFILL_CHUNK` tokens
-  ending at its multiples — the boundaries depend on the prompt alone, so an answer is the same
-  whether the prompt is prefilled in one call or chunk by chunk between a batch's decode rounds
-  (chunked prefill, Agrawal et al., OSDI 2024 "Sarathi-Serve") — and asks for the last
+- :meth:`~LlamaCppModel.prefill` decodes the prompt on the boundaries of :data:`PREFILL_CHUNK`-token
+  chunks — they depend on the prompt alone, so an answer is the same whether the prompt is
+  prefilled in one call or chunk by chunk between a batch's decode rounds (chunked prefill,
+  Agrawal et al., OSDI 2024 "Sarathi-Serve"); a call that brings several whole chunks decodes them
+  together, up to :data:`PREFILL_RUN` tokens (measured bitwise the same), and it asks for the last
   position's logits only;
 - :meth:`~LlamaCppModel.forward` puts every request's new tokens into one ``llama_batch``,
   each with its own sequence id and positions, and asks for logits at exactly those positions
@@ -59,6 +60,15 @@ N_BATCH = 512
 #: 2 cores) rather than by its whole prompt; prefill throughput there: 61 tokens/s at 64 against
 #: 74 at 512 (evals/results/README.md, "Chunked prefill").
 PREFILL_CHUNK = 64
+
+#: Most tokens one prefill ``llama_decode`` takes when a call brings several whole chunks (a lone
+#: request's prompt, or the rest of a newcomer's once nothing else decodes): whole chunks merged, the
+#: prompt's last partial chunk on its own (merged into a run, a chunk of under 8 rows would switch
+#: ggml's kernel and change its sums). Measured bitwise the same as chunk by chunk (the logits of the
+#: last prompt position and of the 8 greedy steps after it, prompts of 300, 580 and 1,000 tokens, the
+#: 1.5B on an AMD EPYC with AVX-512, 2 threads) at 1.12-1.23x the throughput: ``evals/prefill_invariance.py``,
+#: evals/results/README.md "Issue 44".
+PREFILL_RUN = N_BATCH
 
 #: Most tokens one verification ``llama_decode`` carries. From 8 rows on, ggml's CPU backend
 #: computes K-quant matrix products with its tiled kernel (``ggml-cpu/tiled``, "profitable at
@@ -274,11 +284,20 @@ class LlamaCppModel:
         with self._lock:
             start = 0
             while start < len(ids):
-                end = min(len(ids), start + self.prefill_chunk - (seq.length % self.prefill_chunk))
+                end = start + self._run_length(seq.length, len(ids) - start)
                 chunk = ids[start:end]
                 self._decode([(chunk, seq, len(chunk) - 1 if end == len(ids) else len(chunk))])
                 start = end
             return self._logits(len(chunk) - 1)
+
+    def _run_length(self, length: int, left: int) -> int:
+        """Tokens of the next prefill ``llama_decode`` for a sequence of ``length`` positions with ``left``
+        prompt tokens to go: up to the next chunk boundary; from a boundary, as many whole chunks as
+        :data:`PREFILL_RUN` holds (at least one); the last, partial chunk alone."""
+        chunk = self.prefill_chunk
+        if length % chunk or left <= chunk:
+            return min(left, chunk - length % chunk)
+        return max(chunk, min(left // chunk * chunk, PREFILL_RUN // chunk * chunk))
 
     def forward(self, rows: Sequence[tuple[Sequence[int], KVCache]]) -> list[torch.Tensor]:
         """One pass over every request's new tokens, logits at each of them: one ``llama_decode``
@@ -459,4 +478,4 @@ def embedded_gguf(model: "EmbeddedModel", cache_dir: Path) -> Path:
 
 
 __all__ = ["LlamaCppModel", "LlamaCppOptions", "LlamaCppUnavailable", "LlamaSequence", "available", "embedded_gguf",
-           "gguf_tokenizer", "load_llamacpp", "llama_lib", "N_BATCH", "PREFILL_CHUNK"]
+           "gguf_tokenizer", "load_llamacpp", "llama_lib", "N_BATCH", "PREFILL_CHUNK", "PREFILL_RUN"]

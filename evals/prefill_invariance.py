@@ -1,0 +1,117 @@
+r"""Is a prompt's prefill bitwise the same in 64-token chunks and in larger runs? (issue 44 item 1)
+
+    .venv/bin/python -m evals.prefill_invariance --out evals/results/issue44/prefill_invariance.json
+
+Loads the default target (the embedded Qwen2.5-Coder 1.5B GGUF on llama.cpp, 2 threads) once per
+prefill chunk size (64, 128, 256, 512 tokens: every run starts at position 0, so its boundaries are
+multiples of 64) and prefills the same prompts (the long-record set's text, cut to each ``--tokens``
+length; 580 = 9 x 64 + 4 ends in a chunk of under 8 rows, where ggml switches kernels). The reference
+is a call per 64-token chunk (how a batch prefills a newcomer); with 64 the prompt is also prefilled
+in one call (the service's lone request: whole chunks in runs of up to 512 tokens, the last partial
+chunk alone), with the larger sizes in one call of that size's chunks. Each run then takes 8 greedy
+one-token steps, which read the whole KV cache. Reported per run: prefill tokens/s, and whether the
+logits of the last prompt position and of the 8 steps are bitwise the reference's (the first that
+differs, and the largest difference). A benchmark: run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+CORPUS = Path(__file__).parent / "data" / "longrec" / "corpus"
+STEPS = 8
+
+
+def cpu_flags() -> list[str]:
+    """The vector-instruction flags the CPU advertises (``/proc/cpuinfo``: AVX, FMA, F16C, AMX ...)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted(f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx", "fma", "f16c")))
+    except OSError:
+        pass
+    return []
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the platform's."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run(lengths: list[int], chunks: list[int], threads: int) -> dict:
+    """The measurement (see the module docstring); the report."""
+    from copilot.config import Settings
+    from decoding.backends.embedded import QWEN_CODER_15B
+    from decoding.backends.llamacpp import LlamaCppModel, LlamaCppOptions, embedded_gguf, gguf_tokenizer
+
+    cache_dir = Settings(_env_file=None).model_cache_dir
+    gguf = embedded_gguf(QWEN_CODER_15B, cache_dir)
+    tokenizer = gguf_tokenizer(gguf, cache_dir)
+    text = "\n".join(p.read_text(errors="ignore") for p in sorted(CORPUS.rglob("*")) if p.is_file())
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    reference: dict[int, np.ndarray] = {}
+    rows = []
+    for chunk in chunks:
+        model = LlamaCppModel(gguf, tokenizer, QWEN_CODER_15B.name,
+                              LlamaCppOptions(n_threads=threads, window=max(lengths) + STEPS + 1, n_seq_max=1,
+                                              prefill_chunk=chunk))
+        ways = ["by chunk", "one call"] if chunk == chunks[0] else ["one call"]
+        for n in lengths:
+            for way in ways:
+                cache = model.new_cache(n + STEPS + 1)
+                started = time.perf_counter()
+                if way == "by chunk":  # the reference: a call per chunk, as a batch prefills a newcomer
+                    for start in range(0, n, chunk):
+                        last = model.prefill(ids[start:min(n, start + chunk)], cache)
+                else:  # one call: whole chunks in runs of up to PREFILL_RUN, as a lone request
+                    last = model.prefill(ids[:n], cache)
+                seconds = time.perf_counter() - started
+                out = [last.numpy().copy()]
+                for _ in range(STEPS):
+                    out.append(model.forward([([int(np.argmax(out[-1]))], cache)])[0][-1].numpy().copy())
+                model.release(cache)
+                got = np.stack(out)
+                base = reference.setdefault(n, got)
+                differs = [i for i in range(len(got)) if not np.array_equal(got[i], base[i])]
+                rows.append({"chunk": chunk, "way": way, "prompt_tokens": n,
+                             "prefill_tokens_per_s": round(n / seconds, 1), "bitwise_equal": not differs,
+                             "first_differing_position": differs[0] if differs else None,
+                             "max_abs_diff": float(np.abs(got - base).max())})
+                log.info("chunk %d %s, %d tokens: %.1f tokens/s, bitwise %s", chunk, way, n, n / seconds, not differs)
+        del model
+    return {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "threads": threads, "model": QWEN_CODER_15B.name,
+            "steps_after_prefill": STEPS,
+            "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", default="300,580,1000", help="prompt lengths, comma-separated")
+    ap.add_argument("--chunks", default="64,128,256,512", help="prefill chunk sizes; the first is the reference")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, help="write the report here (JSON)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    report = run([int(n) for n in args.tokens.split(",")], [int(c) for c in args.chunks.split(",")], args.threads)
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
