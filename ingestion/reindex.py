@@ -64,14 +64,19 @@ def reindex(store: ChunkStore, *, batch_size: int = REINDEX_BATCH,
     """
     started = time.perf_counter()
     with store.ingest_lock():
-        state = store.manifest.meta.get(DENSE_REBUILD)
-        resumed = state == "filling" and store.dense.damage() is None
+        held: set[str] = set()
+        resumed = store.manifest.meta.get(DENSE_REBUILD) == "filling" and store.dense.damage() is None
+        if resumed:
+            try:
+                held = set(store.dense.all_ids())
+            except Exception as exc:  # noqa: BLE001 - the half-built index cannot be read: start over
+                log.warning("the interrupted rebuild's index cannot be read (%s); starting over", exc)
+                resumed = False
         if not resumed:
             _set_state(store, "resetting")
             store.reopen_dense(reset=True)
             _set_state(store, "filling")
         log.info("%s the dense index from the stored chunks", "resuming the rebuild of" if resumed else "rebuilding")
-        held = set(store.dense.all_ids())
         todo = [cid for cid in store.lexical.chunk_ids() if cid not in held]
         total, done, embedded = len(held) + len(todo), len(held), 0
         for start in range(0, len(todo), batch_size):

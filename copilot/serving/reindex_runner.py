@@ -79,9 +79,3 @@ class ReindexRunner:
         with self._lock:
             assert self.state is not None
             self.state = replace(self.state, running=False, finished_at=time.time(), error=error)
-
-    def join(self, timeout_s: float | None = None) -> None:
-        """Wait for the running rebuild (tests, shutdown)."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout_s)

@@ -280,6 +280,7 @@ class ChromaStore:
             if self.url:
                 with contextlib.suppress(Exception):  # absent, or unreadable: either way it goes
                     self.client.delete_collection(self.collection_name)
+                self._close_client()
             else:
                 assert self.path is not None
                 self._close_client()
