@@ -143,13 +143,14 @@ class SpaceReserve:
         """
         if self.size <= 0:
             return
-        free = self.free()
         if not self.ensure():
+            free = self.free()
             raise StoreError(f"the disk under {self.path.parent} is full: database or disk is full ({_mib(free)} free; "
                              f"the store keeps a {_mib(self.size)} space reserve for reading and deleting and needs "
                              f"{_mib(2 * self.size)} free to set it aside); free space (or use a larger disk), "
                              "then re-run")
         need = room_for(chunks, dim) + segment_bytes(self.path.parent / "chroma") if chunks else 0
+        free = self.free()  # with the reserve set aside
         if need > free:
             raise StoreError(f"the disk under {self.path.parent} is full: writing the next {len(chunks)} chunks needs "
                              f"about {_mib(need)} (the chunks, and a save of the dense index's files as they are now) "
