@@ -242,6 +242,7 @@ def test_the_api_reports_degraded_and_rebuilds(built, tmp_path):
     with ServerThread(create_app(settings, CopilotService(settings, store, None))) as srv:
         ready = requests.get(srv.url + "/readyz", timeout=10).json()
         assert ready["dense_index"] == "degraded" and ID_MAP in ready["dense_index_detail"]
+        assert ready["cpu"] and "without repacking" in ready["cpu"]  # the CPU and what the kernels use on it
         hits = requests.post(srv.url + "/v1/search", headers=READER, timeout=30,
                              json={"question": "dCache pool restart after disk full"})
         assert hits.status_code == 200 and hits.json()["sources"], hits.text  # lexical only

@@ -271,6 +271,17 @@ def test_copilot_config_says_which_backend_runs_the_target_and_its_draft_plan():
     assert shown["backend_plan"] == "llama.cpp" and "none on the llama.cpp backend" in shown["draft_model_plan"]
     shown = json.loads(CliRunner().invoke(app, ["config"], env={**env, "COPILOT_BACKEND": "torch"}).output)
     assert shown["backend_plan"] == "torch"
+    cpu = shown["cpu"]  # what the kernels use here, beside what the CPU advertises
+    assert set(cpu) == {"model", "advertised", "llama_cpp"} and "AVX2" in cpu["llama_cpp"]
+
+
+def test_a_cpu_that_advertises_amx_llama_cpp_does_not_use_is_said_so():
+    from decoding.backends.cpu import CpuReport
+
+    vm = CpuReport("Intel Xeon", ("amx_tile", "avx512f"), ("AVX2", "AVX512"))
+    assert vm.amx_advertised_not_used and "advertises AMX" in vm.summary()
+    assert "without repacking" in vm.summary()
+    assert not CpuReport("AMD EPYC", ("avx2",), ("AVX2",)).amx_advertised_not_used
 
 
 def test_an_abandoned_stream_or_batch_gives_its_sequence_back(qwen_engine, references):

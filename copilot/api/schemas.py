@@ -293,6 +293,7 @@ class ReadyResponse(BaseModel):
         None, description="degraded: the dense index is damaged or being rebuilt, search is lexical only (still "
         "ready); the reason is in dense_index_detail")
     dense_index_detail: str | None = None
+    cpu: str | None = Field(None, description="the CPU and the instruction sets llama.cpp's kernels use on it")
 
 
 class RebuildOut(BaseModel):

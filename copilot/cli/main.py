@@ -462,8 +462,11 @@ def documents_reindex() -> None:
 
 @app.command("config")
 def show_config() -> None:
-    """Print the effective settings (secrets masked), with the backend the target will run on
-    and the draft-model plan."""
+    """Print the effective settings (secrets masked), with the backend the target will run on,
+    the draft-model plan and the CPU (its model, the flags it advertises, what llama.cpp uses)."""
+    from dataclasses import asdict
+
+    from decoding.backends.cpu import cpu_report
     from decoding.backends.models import resolve_backend
     from decoding.drafters.plan import draft_model_plan
 
@@ -473,4 +476,4 @@ def show_config() -> None:
     except ValueError as exc:  # backend llama.cpp asked of a model it cannot run: said here, refused at start
         backend = f"none: {exc}"
     console.print_json(json.dumps({**settings.masked(), "backend_plan": backend, "draft_model_plan": draft_model_plan(
-        settings.draft_model, settings.target_model, settings.device, backend)}))
+        settings.draft_model, settings.target_model, settings.device, backend), "cpu": asdict(cpu_report())}))

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from copilot.api.dependencies import ServiceDep
 from copilot.api.schemas import HealthResponse, ReadyResponse
+from decoding.backends.cpu import cpu_report
 
 router = APIRouter(tags=["health"])
 
@@ -53,5 +54,5 @@ async def readyz(service: ServiceDep) -> ReadyResponse | JSONResponse:
                          store_reachable=reachable, chunks=chunks, detail=detail,
                          draft_model=service.models.draft_status,
                          dense_index=None if not reachable else "degraded" if service.store.dense_damage else "ok",
-                         dense_index_detail=service.store.dense_damage)
+                         dense_index_detail=service.store.dense_damage, cpu=cpu_report().summary())
     return body if ready else JSONResponse(body.model_dump(), status_code=503)
