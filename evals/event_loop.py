@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from evals.report import write_json
+
 log = logging.getLogger(__name__)
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
@@ -97,8 +99,7 @@ def main() -> None:
     report = run()
     print(json.dumps(report, indent=2))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(report, args.out)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from transformers import GenerationConfig as HFGenerationConfig
 
 from copilot.answer.question import GenerationParams, QuestionRequest
 from decoding import SpeculativeEngine
+from decoding.backends.cpu import cpu_report
 from evals.questions import Question
 
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ def hardware_summary(setup: EvalSetup) -> dict:
     info = {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_report().summary(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "device": str(device),

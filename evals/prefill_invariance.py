@@ -19,37 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
+from decoding.backends.cpu import cpu_report
+from evals.report import write_json
+
 log = logging.getLogger(__name__)
 CORPUS = Path(__file__).parent / "data" / "longrec" / "corpus"
 STEPS = 8
-
-
-def cpu_flags() -> list[str]:
-    """The vector-instruction flags the CPU advertises (``/proc/cpuinfo``: AVX, FMA, F16C, AMX ...)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return sorted(f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx", "fma", "f16c")))
-    except OSError:
-        pass
-    return []
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else the platform's."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run(lengths: list[int], chunks: list[int], threads: int) -> dict:
@@ -93,7 +73,9 @@ def run(lengths: list[int], chunks: list[int], threads: int) -> dict:
                              "max_abs_diff": float(np.abs(got - base).max())})
                 log.info("chunk %d %s, %d tokens: %.1f tokens/s, bitwise %s", chunk, way, n, n / seconds, not differs)
         del model
-    return {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "threads": threads, "model": QWEN_CODER_15B.name,
+    cpu = cpu_report()
+    return {"cpu": cpu.model, "cpu_flags": list(cpu.advertised), "llama_cpp_uses": list(cpu.llama_cpp),
+            "threads": threads, "model": QWEN_CODER_15B.name,
             "steps_after_prefill": STEPS,
             "rows": rows}
 
@@ -109,8 +91,7 @@ def main() -> None:
     report = run([int(n) for n in args.tokens.split(",")], [int(c) for c in args.chunks.split(",")], args.threads)
     print(json.dumps(report, indent=2))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(report, args.out)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ from urllib.parse import quote
 
 import httpx
 
+from evals.report import write_json
+
 log = logging.getLogger(__name__)
 KEY = {"Authorization": "Bearer storm"}
 
@@ -193,8 +195,7 @@ def main() -> None:
     report = run(args.tickets, args.duration, args.clients)
     print(json.dumps(report, indent=2))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(report, args.out)
 
 
 if __name__ == "__main__":

@@ -246,6 +246,7 @@ def test_the_api_reports_degraded_and_rebuilds(built, tmp_path):
         hits = requests.post(srv.url + "/v1/search", headers=READER, timeout=30,
                              json={"question": "dCache pool restart after disk full"})
         assert hits.status_code == 200 and hits.json()["sources"], hits.text  # lexical only
+        assert requests.post(srv.url + "/v1/index/reindex", timeout=10).status_code == 401  # no key
         assert requests.post(srv.url + "/v1/index/reindex", headers=READER, timeout=10).status_code == 403
         started = requests.post(srv.url + "/v1/index/reindex", headers=ADMIN, timeout=10)
         assert started.status_code == 202, started.text
@@ -259,3 +260,30 @@ def test_the_api_reports_degraded_and_rebuilds(built, tmp_path):
         assert requests.get(srv.url + "/readyz", timeout=10).json()["dense_index"] == "ok"
     assert _dense_results(store) == built[1]
     store.close()
+
+
+def test_a_second_rebuild_while_one_runs_is_refused_and_a_failure_is_reported(monkeypatch):
+    """The API answers 409 on :class:`RebuildRunningError`; a rebuild that fails keeps its reason."""
+    import threading
+
+    from copilot.serving import reindex_runner
+    from copilot.serving.reindex_runner import RebuildRunningError, ReindexRunner
+    from ingestion.errors import StoreLockedError
+
+    release = threading.Event()
+
+    def blocked(store, on_progress=None):
+        release.wait(30)
+        raise StoreLockedError("another ingest is running")
+
+    monkeypatch.setattr(reindex_runner, "reindex", blocked)
+    runner = ReindexRunner(store=None)  # type: ignore[arg-type]
+    assert runner.start().running
+    with pytest.raises(RebuildRunningError):
+        runner.start()
+    release.set()
+    for _ in range(300):  # 30 s at most
+        if not runner.state.running:
+            break
+        time.sleep(0.1)
+    assert not runner.state.running and "another ingest is running" in runner.state.error

@@ -207,9 +207,9 @@ class ChunkStore:
         dense index was just created, and a few ``stat`` calls."""
         damage = self.dense.damage() or self._dense_failure
         rebuilding = self.manifest.meta.get(DENSE_REBUILD)
-        if damage is None and self.dense.fresh and not rebuilding and self.lexical.count():
-            damage = (f"it holds no chunk while the store holds {self.lexical.count()} (its files were deleted or "
-                      "replaced)")
+        stored = self.lexical.count() if damage is None and self.dense.fresh and not rebuilding else 0
+        if stored:
+            damage = f"it holds no chunk while the store holds {stored} (its files were deleted or replaced)"
         if damage is not None:
             problem: str | None = (f"the dense index is damaged: {damage}; run `copilot documents reindex` (or POST "
                                    "/v1/index/reindex) to rebuild it from the stored chunks (lexical search, "
