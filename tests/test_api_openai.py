@@ -202,8 +202,8 @@ def test_not_found_and_checked_literals_reach_openai_clients(client):
 
 def test_the_footer_lists_literals_in_no_source():
     from copilot.api.footer import strip_sources_footer
-    from copilot.api.routes.chat import sources_footer
-    from copilot.api.schemas import SourceOut
+    from copilot.api.openai_common import sources_footer
+    from copilot.api.schemas.sources import SourceOut
 
     src = SourceOut(n=1, doc_id="a#1", source="a", title="T", url="/v1/documents/a%231", highlights=["x"],
                     snippet="x", score=0.1, chunks=[])

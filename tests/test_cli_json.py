@@ -45,7 +45,7 @@ def ticket_store(tmp_path, monkeypatch):
 
 
 def test_search_json_is_the_search_response(ticket_store):
-    from copilot.api.schemas import SearchResponse
+    from copilot.api.schemas.search import SearchResponse
 
     result = runner.invoke(app, ["search", "OPS-109 postgres standby", "--max-sources", "2", "--json"])
     assert result.exit_code == 0, result.output
@@ -70,7 +70,7 @@ def test_search_text_lists_sources_and_refuses_bad_input(ticket_store):
 
 
 def test_documents_list_json_is_the_document_page(ticket_store):
-    from copilot.api.schemas import DocumentPage
+    from copilot.api.schemas.documents import DocumentPage
 
     result = runner.invoke(app, ["documents", "list", "--json", "--limit", "2", "--offset", "1"])
     assert result.exit_code == 0, result.output
@@ -82,7 +82,7 @@ def test_documents_list_json_is_the_document_page(ticket_store):
 
 @pytest.mark.slow
 def test_ask_json_is_the_ask_response(monkeypatch, sample_service):
-    from copilot.api.schemas import AskResponse
+    from copilot.api.schemas.ask import AskResponse
     from copilot.service import CopilotService
 
     monkeypatch.setattr(CopilotService, "from_settings", classmethod(lambda cls, settings, **kw: sample_service))

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from copilot.answer.assembly import Answer
-from copilot.api.schemas import trust_fields
+from copilot.api.schemas.sources import trust_fields
 from copilot.search.destructive import RULES, find_destructive, is_destructive
 from copilot.search.highlights import score_units, top_units
 from copilot.search.record import evidence_units

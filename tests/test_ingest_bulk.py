@@ -196,7 +196,7 @@ def test_copilot_ingest_writes_its_report_when_stopped_by_a_signal(tmp_path, cle
 def test_the_api_job_progress_carries_records_bytes_and_eta():
     from dataclasses import asdict
 
-    from copilot.api.schemas import IngestProgressOut
+    from copilot.api.schemas.ingest import IngestProgressOut
 
     p = IngestProgress(0, 1, "tickets.jsonl", 256, 256, 12.5, 256, 1000, 139_000, 543_000, 36.8)
     shown = IngestProgressOut(**asdict(p))

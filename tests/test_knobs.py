@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 from copilot.answer.question import GenerationParams, Question, QuestionRequest
 from copilot.api import generation
 from copilot.api.app import create_app
-from copilot.api.openai_schemas import ChatCompletionRequest
-from copilot.api.schemas import AskRequest
+from copilot.api.schemas.ask import AskRequest
+from copilot.api.schemas.chat import ChatCompletionRequest
 from copilot.config import Settings
 from copilot.search.searcher import Searcher
 from copilot.service import CopilotService

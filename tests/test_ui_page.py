@@ -24,7 +24,7 @@ pytest.register_assert_rewrite("ui_browser")  # it is also this module's plugin 
 from ui_browser import canned_sse, expect, wait_finished  # noqa: E402
 
 from copilot.api.app import create_app
-from copilot.api.schemas import AskRequest
+from copilot.api.schemas.ask import AskRequest
 from copilot.config import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

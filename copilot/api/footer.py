@@ -2,7 +2,7 @@
 
 Chat clients show a message's content only, so the OpenAI routes end an answer with its sources,
 the literals found in no source and the destructive commands
-(:func:`copilot.api.routes.chat.sources_footer` writes it with these headings). A client sends that
+(:func:`copilot.api.openai_common.sources_footer` writes it with these headings). A client sends that
 content back as history: :func:`strip_sources_footer` takes the footer off before the model reads it
 again, on every route that takes history (a footer the model reads is a footer it copies, and one a
 client forged would be echoed as if OpsCopilot had written it).
@@ -22,7 +22,7 @@ DESTRUCTIVE_HEADING = "\n⚠ Destructive — do not run: "
 
 
 def strip_sources_footer(text: str) -> str:
-    """``text`` without a trailing sources footer (as :func:`copilot.api.routes.chat.sources_footer` writes it)."""
+    """``text`` without a trailing sources footer (as :func:`copilot.api.openai_common.sources_footer` writes it)."""
     at = text.rfind(FOOTER_HEADING)
     if at < 0:
         return text

@@ -10,8 +10,6 @@ Retry-After) and returns an :class:`HttpRun`: :meth:`HttpRun.prepared` waits for
 
 from __future__ import annotations
 
-import hashlib
-import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Mapping
 
@@ -23,6 +21,7 @@ from copilot.answer.prompting import PromptTooLongError
 from copilot.answer.question import Question, QuestionRequest
 from copilot.api.errors import ParameterError
 from copilot.service import CopilotService
+from copilot.serving import use_cases
 from copilot.serving.question_job import (
     ClientLeftError,
     GenerationFailedError,
@@ -30,7 +29,6 @@ from copilot.serving.question_job import (
     PromptRefusedError,
     QuestionQueue,
 )
-from copilot.serving.reservations import ReservationKey
 from copilot.serving.scheduler import QueueFullError
 from decoding.config import GenerationSettingError
 
@@ -142,15 +140,6 @@ def failed(exc: GenerationFailedError) -> HTTPException:
     return HTTPException(exc.status, str(exc), headers=headers)
 
 
-def reservation_key(request: Request, endpoint: str, question: Question) -> ReservationKey:
-    """Who asked what, for a reservation (:mod:`copilot.serving.reservations`): the caller (its
-    ``Authorization`` header, else its address) and the checked question at ``endpoint`` —
-    the same request resent has the same key. SHA-256 hex digests (the caller is never kept)."""
-    caller = request.headers.get("authorization") or (request.client.host if request.client else "")
-    owner = hashlib.sha256(caller.encode()).hexdigest()
-    return ReservationKey(owner, hashlib.sha256(f"{owner}\0{endpoint}\0{question!r}".encode()).hexdigest())
-
-
 def start(request: Request, questions: QuestionQueue, question: Question, *, endpoint: str,
           started: float | None = None, params: Mapping[str, str] | None = None) -> HttpRun:
     """Queue ``question``'s retrieval and decoding on the scheduler.
@@ -165,9 +154,9 @@ def start(request: Request, questions: QuestionQueue, question: Question, *, end
         HTTPException: 503 when the queue is full (with ``Retry-After``; the same request resent
             takes the place reserved for it).
     """
-    submitted = time.perf_counter()
+    caller = request.headers.get("authorization") or (request.client.host if request.client else "")
     try:
-        run = questions.submit(question, endpoint, reservation_key(request, endpoint, question), started or submitted)
+        run = use_cases.submit(questions, question, endpoint=endpoint, caller=caller, started=started)
     except QueueFullError as exc:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc),
                             headers={"Retry-After": str(exc.retry_after_s)}) from exc

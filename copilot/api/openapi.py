@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from copilot.api.schemas import ErrorResponse
+from copilot.api.schemas.errors import ErrorResponse
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:

@@ -198,7 +198,7 @@ def ask(question: str = typer.Argument(..., help="the question"),
     from copilot.answer.assembly import AnswerAssembler
     from copilot.answer.prompting import PromptTooLongError
     from copilot.answer.question import GenerationParams, QuestionRequest
-    from copilot.api.schemas import AskResponse
+    from copilot.api.schemas.ask import AskResponse
 
     settings = load_settings()
     problem = _question_problem(question, max_new_tokens, settings)
@@ -260,7 +260,8 @@ def search(question: str = typer.Argument(..., help="what to look for (a questio
     that best answer it."""
     import time
 
-    from copilot.api.schemas import SearchResponse, SourceOut
+    from copilot.api.schemas.search import SearchResponse
+    from copilot.api.schemas.sources import SourceOut
     from copilot.service import CopilotService
 
     if not question.strip():
@@ -397,7 +398,7 @@ def documents_list(offset: int = typer.Option(0, min=0, max=2**63 - 1), limit: i
     """List stored documents (paged): doc_id, type, chunks, title; tab-separated."""
     rows, total = open_store_or_exit(load_settings()).manifest.page(offset, limit)
     if as_json:
-        from copilot.api.schemas import DocumentOut, DocumentPage
+        from copilot.api.schemas.documents import DocumentOut, DocumentPage
 
         _print_json(DocumentPage(total=total, offset=offset, limit=limit,
                                  documents=[DocumentOut.from_row(r) for r in rows]))

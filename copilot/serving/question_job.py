@@ -206,11 +206,11 @@ class GenerationRun:
             if event is not None:
                 return event
 
-    async def prepared(self, disconnected: Disconnected) -> Prepared:
+    async def prepared(self, disconnected: Disconnected | None) -> Prepared:
         """Wait (through the queue) until the scheduler has retrieved and built the prompt.
 
         Args:
-            disconnected: polled every :data:`POLL_S` seconds while waiting.
+            disconnected: polled every :data:`POLL_S` seconds while waiting (None: never).
         Raises:
             PromptRefusedError: prompt building refused the question.
             GenerationFailedError: the job failed.
@@ -252,7 +252,7 @@ class GenerationRun:
         finally:
             self.job.cancel()  # no-op after completion; stops the generation if we were interrupted
 
-    async def complete(self, disconnected: Disconnected) -> Answer:
+    async def complete(self, disconnected: Disconnected | None) -> Answer:
         """Consume the whole answer (non-streaming handlers).
 
         Raises:

@@ -12,7 +12,8 @@ from sse_starlette import EventSourceResponse
 from copilot.api import generation
 from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep
 from copilot.api.openapi import error_responses, streamed
-from copilot.api.schemas import AskRequest, AskResponse, SourceOut, ask_fields
+from copilot.api.schemas.ask import AskRequest, AskResponse, ask_fields
+from copilot.api.schemas.sources import SourceOut
 from copilot.serving.question_job import GenerationFailedError
 
 router = APIRouter(prefix="/v1", tags=["ask"])

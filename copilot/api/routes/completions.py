@@ -20,13 +20,12 @@ from copilot.access import FULL_ACCESS, Access
 from copilot.answer.assembly import Answer
 from copilot.answer.question import Question, QuestionRequest
 from copilot.api import generation
-from copilot.api.completion_schemas import Completion, CompletionChoice, CompletionRequest
 from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep, SettingsDep
 from copilot.api.errors import ParameterError
-from copilot.api.openai_schemas import UnsupportedParameterError, Usage, finish_reason
+from copilot.api.openai_common import check_model, error_event, served_models
 from copilot.api.openapi import error_responses, streamed
-from copilot.api.routes.chat import error_event
-from copilot.api.routes.models import check_model, served_models
+from copilot.api.schemas.completions import Completion, CompletionChoice, CompletionRequest
+from copilot.api.schemas.openai import UnsupportedParameterError, Usage, finish_reason
 from copilot.service import CopilotService
 from copilot.serving.question_job import GenerationFailedError, QuestionQueue
 

@@ -19,7 +19,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from copilot.api.dependencies import DeleteAccess, FeedbackDep, ReadAccess, ServiceDep, StoreDep
 from copilot.api.openapi import error_responses
-from copilot.api.schemas import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage
+from copilot.api.schemas.documents import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage
 from copilot.deletion import delete_document as delete_stored_document
 from copilot.documents import document_page, readable_document
 from copilot.search.filters import Text

@@ -12,10 +12,10 @@ import base64
 from fastapi import APIRouter, Depends, status
 
 from copilot.api.dependencies import EmbedderDep, ask_auth
-from copilot.api.embedding_schemas import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from copilot.api.errors import ParameterError
+from copilot.api.openai_common import check_model, embedding_models
 from copilot.api.openapi import error_responses
-from copilot.api.routes.models import check_model, embedding_models
+from copilot.api.schemas.embeddings import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from copilot.search.embed import InputTooLongError, embed_texts
 
 router = APIRouter(prefix="/v1", tags=["openai"])

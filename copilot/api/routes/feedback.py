@@ -21,7 +21,7 @@ from fastapi.responses import Response
 
 from copilot.api.dependencies import AskAccess, FeedbackDep, KeyAccess, SettingsDep
 from copilot.api.openapi import error_responses
-from copilot.api.schemas import FeedbackCreated, FeedbackOut, FeedbackPage, FeedbackRequest
+from copilot.api.schemas.feedback import FeedbackCreated, FeedbackOut, FeedbackPage, FeedbackRequest
 from copilot.feedback.ratings import FeedbackRow
 from copilot.feedback.visibility import exported_questions, rating_page
 

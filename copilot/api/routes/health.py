@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from copilot.api.dependencies import ServiceDep
-from copilot.api.schemas import HealthResponse, ReadyResponse
+from copilot.api.schemas.health import HealthResponse, ReadyResponse
 from decoding.backends.cpu import cpu_report
 
 router = APIRouter(tags=["health"])

@@ -17,7 +17,7 @@ from fastapi import APIRouter, HTTPException, status
 
 from copilot.api.dependencies import AdminAccess, ReadAccess, ReindexDep, StoreDep
 from copilot.api.openapi import error_responses
-from copilot.api.schemas import IndexStatus, RebuildOut
+from copilot.api.schemas.index import IndexStatus, RebuildOut
 from copilot.serving.reindex_runner import RebuildRunningError, ReindexRunner
 from ingestion.stores.chunk_store import ChunkStore
 

@@ -40,13 +40,7 @@ from copilot.access import Access
 from copilot.api.dependencies import IngestAccess, IngestJobsDep, SettingsDep, ingest_access
 from copilot.api.ingest_paths import PathRejectedError, resolve_ingest_path
 from copilot.api.openapi import error_responses
-from copilot.api.schemas import (
-    IngestAccepted,
-    IngestJobList,
-    IngestJobOut,
-    IngestPathRequest,
-    IngestProgressOut,
-)
+from copilot.api.schemas.ingest import IngestAccepted, IngestJobList, IngestJobOut, IngestPathRequest, IngestProgressOut
 from copilot.serving.ingest_jobs import (
     IngestJob,
     JobNotFoundError,

@@ -8,12 +8,12 @@ offer it as a chat model. Each card carries the context window (``max_model_len`
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request, status
+from fastapi import APIRouter, Depends, Request
 
 from copilot.api.dependencies import EmbedderDep, ServiceDep, SettingsDep, ask_auth
-from copilot.api.errors import ParameterError
-from copilot.api.openai_schemas import ModelCard, ModelList
+from copilot.api.openai_common import check_model, embedding_models, served_models
 from copilot.api.openapi import error_responses
+from copilot.api.schemas.models import ModelCard, ModelList
 from copilot.config import Settings
 from copilot.service import CopilotService
 from ingestion.embedding import Embedder
@@ -21,24 +21,6 @@ from ingestion.embedding import Embedder
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 ERRORS = error_responses(401, 403, 404)
-
-
-def served_models(settings: Settings) -> list[str]:
-    """Chat model ids a client may name: the alias and the target model's id."""
-    return list(dict.fromkeys([settings.model_alias, settings.target_model]))
-
-
-def embedding_models(embedder: Embedder) -> list[str]:
-    """Embedding model ids a client may name: the embedder's id and its last path part."""
-    name = embedder.model_name
-    return list(dict.fromkeys([name, name.rstrip("/").rsplit("/", 1)[-1]]))
-
-
-def check_model(name: str, known: list[str]) -> None:
-    """Raises a 404 ``model_not_found`` naming ``model`` unless ``name`` is one of ``known``."""
-    if name not in known:
-        raise ParameterError(status.HTTP_404_NOT_FOUND, f"the model {name!r} does not exist; use one of {known}",
-                             "model", "model_not_found")
 
 
 def _cards(request: Request, settings: Settings, service: CopilotService, embedder: Embedder) -> list[ModelCard]:

@@ -22,11 +22,11 @@ from copilot.answer.assembly import Answer
 from copilot.api import generation
 from copilot.api.dependencies import AskAccess, QuestionsDep, ServiceDep, SettingsDep
 from copilot.api.errors import ParameterError, error_body, validation_message
-from copilot.api.openai_schemas import ChatCompletionRequest
+from copilot.api.openai_common import answer_footer, chat_question
 from copilot.api.openapi import error_responses, streamed
-from copilot.api.response_schemas import OutputMessage, OutputText, ResponseObject, ResponseRequest, ResponseUsage
-from copilot.api.routes.chat import answer_footer, chat_question
-from copilot.api.schemas import SourceOut, sources_out, trust_fields
+from copilot.api.schemas.chat import ChatCompletionRequest
+from copilot.api.schemas.responses import OutputMessage, OutputText, ResponseObject, ResponseRequest, ResponseUsage
+from copilot.api.schemas.sources import SourceOut, sources_out, trust_fields
 from copilot.config import Settings
 from copilot.serving.question_job import GenerationFailedError
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from fastapi import APIRouter, HTTPException, status
 
 from copilot.api.dependencies import ReadAccess, ServiceDep
 from copilot.api.openapi import error_responses
-from copilot.api.schemas import SearchRequest, SearchResponse, SourceOut
+from copilot.api.schemas.search import SearchRequest, SearchResponse
+from copilot.api.schemas.sources import SourceOut
+from copilot.serving import use_cases
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
@@ -24,7 +25,7 @@ async def search(body: SearchRequest, service: ServiceDep, access: ReadAccess) -
     t0 = time.perf_counter()
     flt = body.filters.to_search_filter() if body.filters else None
     try:
-        sources = await asyncio.to_thread(service.search, body.question, body.max_sources, flt, access)
+        sources = await use_cases.search(service, body.question, body.max_sources, flt, access)
     except ValueError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
     return SearchResponse(sources=[SourceOut.from_source(s) for s in sources],

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from copilot.api.schemas import Bool, Int
+from copilot.api.schemas.common import Bool, Int
 from copilot.search.filters import Text
 
 

@@ -13,22 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from copilot.answer.assembly import Answer
-from copilot.api.openai_schemas import (
-    ChatCompletionRequest,
-    UnsupportedParameterError,
-    store_refused,
-    tool_use_refused,
-    tools_invalid,
-)
-from copilot.api.schemas import (
-    Bool,
-    DestructiveOut,
-    Int,
-    Number,
-    QuoteOut,
-    SourceOut,
-    UnverifiedOut,
-)
+from copilot.api.schemas.chat import ChatCompletionRequest
+from copilot.api.schemas.common import Bool, Int, Number
+from copilot.api.schemas.openai import UnsupportedParameterError, store_refused, tool_use_refused, tools_invalid
+from copilot.api.schemas.sources import DestructiveOut, QuoteOut, SourceOut, UnverifiedOut
 from copilot.search.filters import Filters, JSONObject, Text
 
 

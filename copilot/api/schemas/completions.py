@@ -12,8 +12,9 @@ from typing import Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from copilot.answer.assembly import Answer
-from copilot.api.openai_schemas import SamplingParams, StreamOptions, UnsupportedParameterError, Usage, finish_reason
-from copilot.api.schemas import Bool, Int
+from copilot.api.schemas.chat import StreamOptions
+from copilot.api.schemas.common import Bool, Int
+from copilot.api.schemas.openai import SamplingParams, UnsupportedParameterError, Usage, finish_reason
 from copilot.search.filters import Text
 
 

@@ -11,32 +11,28 @@ and ``metadata`` are logged with the request; names OpenAI does not define are i
 ``top_k`` is sampling top-k, as in vLLM. Extensions (``extra_body`` in the ``openai``
 client): ``max_sources``, ``use_context`` and ``filters`` in the request; ``sources``,
 ``quotes``, ``unverified``, ``not_found`` and ``stats`` in the response (and in the last
-streamed chunk).
-"""
+streamed chunk)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from copilot.answer.assembly import Answer
-from copilot.answer.question import GenerationParams
-from copilot.api.knobs import generation_params
-from copilot.api.schemas import (
-    SPECULATION_HELP,
-    Bool,
-    DestructiveOut,
-    Int,
-    Number,
-    QuoteOut,
-    Seed,
-    SourceOut,
-    UnverifiedOut,
-    trust_fields,
+from copilot.api.schemas.common import Bool, Int
+from copilot.api.schemas.openai import (
+    SamplingParams,
+    UnsupportedParameterError,
+    Usage,
+    finish_reason,
+    refused,
+    store_refused,
+    tool_use_refused,
+    tools_invalid,
 )
+from copilot.api.schemas.sources import DestructiveOut, QuoteOut, SourceOut, UnverifiedOut, trust_fields
 from copilot.search.filters import Filters, JSONObject, Text
-from decoding.config import SpeculationMode
 
 
 class ContentPart(BaseModel):
@@ -81,110 +77,6 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     include_usage: Bool = False
-
-
-class UnsupportedParameterError(ValueError):
-    """A chat parameter set to a value OpsCopilot cannot honour (HTTP 400, ``param`` names it)."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-class SamplingParams(BaseModel):
-    """The generation parameters the chat and completions routes share (OpenAI's names, and the
-    transformers / vLLM names clients send in ``extra_body``), all honoured exactly: the output
-    is what ``generate()`` gives with the same logits processors."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    temperature: Number | None = Field(None, ge=0.0, le=2.0, description="default 0: greedy, exact")
-    top_p: Number | None = Field(None, gt=0.0, le=1.0)
-    top_k: Int | None = Field(None, ge=-1, description="sampling top-k, as vLLM (0 or -1 = off); the number of "
-                              "sources is max_sources")
-    seed: Seed | None = None
-    stop: Text | list[Text] | None = Field(None, description="up to 4 stop strings")
-    logit_bias: dict[Text, Number] | None = Field(None, description="{token id: bias in [-100, 100]}")
-    frequency_penalty: Number | None = Field(None, ge=-2.0, le=2.0)
-    presence_penalty: Number | None = Field(None, ge=-2.0, le=2.0)
-    repetition_penalty: Number | None = Field(None, gt=0.0, le=10.0, description="CTRL repetition penalty (1 = off)")
-    no_repeat_ngram_size: Int | None = Field(None, ge=0, le=64)
-    min_new_tokens: Int | None = Field(None, ge=0)
-    bad_words_ids: list[list[Annotated[Int, Field(ge=0)]]] | None = Field(None, max_length=1024)
-    suppress_tokens: list[Annotated[Int, Field(ge=0)]] | None = Field(None, max_length=4096)
-    speculation: SpeculationMode | None = Field(None, description=SPECULATION_HELP)
-    num_speculative_tokens: Int | None = Field(None, ge=1, le=16,
-                                               description="γ ceiling per round (default: settings)")
-
-    @field_validator("stop")
-    @classmethod
-    def _check_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
-        stops = [stop] if isinstance(stop, str) else stop or []
-        if len(stops) > 4 or any(not s for s in stops):
-            raise ValueError("at most 4 non-empty strings")
-        return stop
-
-    @property
-    def stop_strings(self) -> tuple[str, ...]:
-        """``stop`` as a tuple (empty when unset)."""
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
-    def generation_params(self, max_new_tokens: int | None) -> GenerationParams:
-        """The generation knobs for :meth:`copilot.service.CopilotService.question` (``top_k`` -1 is 0: off).
-
-        Args:
-            max_new_tokens: the answer budget as the request names it (``max_tokens``, ...).
-        """
-        return generation_params(self, max_new_tokens, None if self.top_k is None else max(self.top_k, 0),
-                                 self.stop_strings)
-
-
-def _refused(param: str, what: str) -> UnsupportedParameterError:
-    return UnsupportedParameterError(param, f"{param}: {what} is not supported by this server")
-
-
-def store_refused() -> UnsupportedParameterError:
-    """``store: true``, refused alike on chat completions and responses: nothing is stored, so
-    nothing could be fetched or continued later."""
-    return _refused("store", "store=true (nothing is stored: send the conversation with each request)")
-
-
-def tool_use_refused(tool_choice: object, param: str = "tool_choice") -> UnsupportedParameterError | None:
-    """Tools are accepted and never called: a ``tool_choice`` absent, ``"auto"`` or ``"none"``
-    lets the model answer in text (Open WebUI sends its tools by default); one that forces a
-    call (``"required"``, a named function) cannot be honoured; any other string is no OpenAI value."""
-    if tool_choice is None or tool_choice in ("none", "auto"):
-        return None
-    if isinstance(tool_choice, str) and tool_choice != "required" or tool_choice == {}:
-        return UnsupportedParameterError(param, f"{param}: {str(tool_choice)[:40]!r} is not a valid value; use 'none', "
-                                         "'auto', 'required' or an object naming a tool")
-    return _refused(param, "forcing a tool call (tools are accepted, but this server never calls one)")
-
-
-def tools_invalid(tools: list[dict[str, Any]] | None, nested: bool,
-                  param: str = "tools") -> UnsupportedParameterError | None:
-    """The first malformed tool, as an error naming it (None when every tool is well formed).
-
-    A tool is an object with a string ``type``; a ``function`` tool names its function, under
-    ``function.name`` in chat completions (``nested``) and ``name`` in the Responses API
-    (OpenAI's two tool shapes). Tools are never called, but a client sending a malformed one
-    has a bug it should hear about, as OpenAI tells it.
-    """
-    for i, tool in enumerate(tools or []):
-        kind = tool.get("type")
-        if not isinstance(kind, str) or not kind:
-            return UnsupportedParameterError(f"{param}.{i}", f"{param}.{i}: a tool needs a string 'type' "
-                                             "(e.g. 'function')")
-        if kind == "function":
-            holder = tool.get("function") if nested else tool
-            name = holder.get("name") if isinstance(holder, dict) else None
-            if not isinstance(name, str) or not name:
-                where = "function.name" if nested else "name"
-                return UnsupportedParameterError(f"{param}.{i}", f"{param}.{i}: a function tool needs a "
-                                                 f"string '{where}'")
-    return None
 
 
 class ChatCompletionRequest(SamplingParams):
@@ -239,24 +131,24 @@ class ChatCompletionRequest(SamplingParams):
         """The first parameter set to a value this server cannot honour, as an error naming it
         (None when every parameter can be honoured)."""
         if self.n is not None and self.n != 1:
-            return _refused("n", f"n={self.n} (only one choice)")
+            return refused("n", f"n={self.n} (only one choice)")
         if self.logprobs:
-            return _refused("logprobs", "logprobs=true")
+            return refused("logprobs", "logprobs=true")
         if self.top_logprobs:
-            return _refused("top_logprobs", f"top_logprobs={self.top_logprobs}")
-        refused = (tools_invalid(self.tools, nested=True) or tool_use_refused(self.tool_choice)
-                   or tool_use_refused(self.function_call, "function_call"))
-        if refused is not None:
-            return refused
+            return refused("top_logprobs", f"top_logprobs={self.top_logprobs}")
+        tool_error = (tools_invalid(self.tools, nested=True) or tool_use_refused(self.tool_choice)
+                      or tool_use_refused(self.function_call, "function_call"))
+        if tool_error is not None:
+            return tool_error
         if self.response_format is not None and self.response_format.get("type", "text") != "text":
             kind = self.response_format.get("type")
-            return _refused("response_format", f"response_format type {str(kind)[:40]!r} (only 'text')")
+            return refused("response_format", f"response_format type {str(kind)[:40]!r} (only 'text')")
         if self.modalities is not None and any(m != "text" for m in self.modalities):
-            return _refused("modalities", "output other than text")
+            return refused("modalities", "output other than text")
         for param, what in (("audio", "audio output"), ("web_search_options", "web search"),
                             ("reasoning_effort", "reasoning_effort (not a reasoning model)")):
             if getattr(self, param) is not None:
-                return _refused(param, what)
+                return refused(param, what)
         if self.store:
             return store_refused()
         return None
@@ -291,26 +183,6 @@ class Choice(BaseModel):
     message: AssistantMessage
     finish_reason: Literal["stop", "length"]
     logprobs: None = None
-
-
-def finish_reason(answer: Answer) -> Literal["stop", "length"]:
-    """OpenAI's finish reason of an answer: the budget is ``length``, everything else ``stop``
-    (the engine's own reason, e.g. ``repetition``, is in ``stats.finish_reason``)."""
-    return "length" if answer.finish_reason == "length" else "stop"
-
-
-class Usage(BaseModel):
-    """Token counts: the prompt (instructions, sources, history, question) and the answer."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-    @classmethod
-    def from_answers(cls, *answers: Answer) -> "Usage":
-        """The token counts of one answer, or of several summed (one per prompt of a request)."""
-        prompt, completion = sum(a.prompt_tokens for a in answers), sum(a.completion_tokens for a in answers)
-        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
 
 class ChatCompletion(BaseModel):
@@ -373,23 +245,3 @@ class ChatCompletionChunk(BaseModel):
     not_found: bool | None = None
     destructive: list[DestructiveOut] | None = None
     stats: dict[str, Any] | None = None
-
-
-class ModelCard(BaseModel):
-    """A served model; ``max_model_len`` (vLLM's name) and ``context_length`` give its context
-    window in tokens."""
-
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "opscopilot"
-    max_model_len: int | None = Field(None, description="context window (tokens)")
-    context_length: int | None = Field(None, description="the same, under LM Studio's and OpenRouter's name")
-
-
-class ModelList(BaseModel):
-    """``GET /v1/models``."""
-
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
-
