@@ -15,6 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from copilot.api import errors, logs, openapi
 from copilot.api.limits import BodyLimitMiddleware
+from copilot.api.mcp import mount_mcp
 from copilot.api.metrics import Metrics, MetricsMiddleware
 from copilot.api.routes import (
     ask,
@@ -61,7 +62,8 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             at shutdown.
     Routes: ``/`` (the page), ``/v1/ask``, ``/v1/search``, ``/v1/ingest``, ``/v1/documents``,
     ``/v1/feedback``, ``/v1/index``; OpenAI's ``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``,
-    ``/v1/embeddings``, ``/v1/models``; ``/healthz``, ``/readyz``, ``/metrics`` (see ``/docs``).
+    ``/v1/embeddings``, ``/v1/models``; the MCP server at ``/mcp``; ``/healthz``, ``/readyz``, ``/metrics``
+    (see ``/docs``).
     At start-up the root logger gets one handler in ``log_format``
     (see :func:`copilot.api.logs.configure`). The replica id is ``settings.replica_id``, else
     :func:`default_replica_id` of the port the server bound (``app.state.bound_port``, set by
@@ -95,7 +97,8 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
                  app.state.service.store.db.location, app.state.ingest_jobs.replica_id)
         try:
-            yield
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             app.state.ingest_jobs.close()
             app.state.scheduler.close()
@@ -107,6 +110,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
     errors.install(app)
     openapi.install(app)
     _add_middleware(app, settings, app_metrics)
+    mcp_server = app.state.mcp = mount_mcp(app, settings)
     for router in (health.router, metrics.router, ask.router, search.router, models.router, chat.router,
                    completions.router, embeddings.router, responses.router, ingest.router, documents.router,
                    index.router, feedback.router, ui.router):

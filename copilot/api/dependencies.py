@@ -19,6 +19,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import State
 
 from copilot.access import FULL_ACCESS, Access, KeyRing
 from copilot.api.errors import ParameterError
@@ -82,13 +83,17 @@ def get_ingest_jobs(request: Request) -> IngestJobManager:
     return jobs
 
 
-def get_keyring(request: Request, settings: Settings = Depends(get_settings)) -> KeyRing:
-    """The app's keys (the flat ``api_keys`` and the keys file's), built on first use."""
-    ring = getattr(request.app.state, "keyring", None)
+def app_keyring(state: State, settings: Settings) -> KeyRing:
+    """The app's keys (the flat ``api_keys`` and the keys file's), built on first use and kept in ``state``."""
+    ring = getattr(state, "keyring", None)
     if ring is None:
-        ring = request.app.state.keyring = KeyRing.build([k.get_secret_value() for k in settings.api_keys],
-                                                         settings.keys)
+        ring = state.keyring = KeyRing.build([k.get_secret_value() for k in settings.api_keys], settings.keys)
     return ring
+
+
+def get_keyring(request: Request, settings: Settings = Depends(get_settings)) -> KeyRing:
+    """The app's keys (:func:`app_keyring`)."""
+    return app_keyring(request.app.state, settings)
 
 
 def _access(ring: KeyRing, request: Request, credentials: HTTPAuthorizationCredentials | None,
@@ -109,6 +114,21 @@ def _access(ring: KeyRing, request: Request, credentials: HTTPAuthorizationCrede
                   else "malformed Authorization header: expected 'Bearer <key>'")
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, reason, headers={"WWW-Authenticate": "Bearer"})
     raise ParameterError(status.HTTP_403_FORBIDDEN, "invalid API key", None, "invalid_api_key")
+
+
+def caller_access(request: Request, settings: Settings, ask: bool) -> Access:
+    """The caller's access from its ``Authorization: Bearer`` header, by the rules of the read
+    routes (``ask``: those of ``/v1/ask``, see :func:`ask_auth`), for an app mounted beside the
+    routes (the MCP endpoint, :mod:`copilot.api.mcp`).
+
+    Raises:
+        HTTPException: 401 (no or malformed key) or 403 (unknown key).
+    """
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+    credentials = (HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
+                   if scheme.lower() == "bearer" and token.strip() else None)
+    anonymous_ok = settings.public_reads and not (ask and settings.require_key_for_ask)
+    return _access(app_keyring(request.app.state, settings), request, credentials, anonymous_ok)
 
 
 def require_api_key(request: Request, ring: KeyRing = Depends(get_keyring),

@@ -352,6 +352,33 @@ def _ingest_if_empty(settings: Settings, folder: Path) -> None:
     store.close()
 
 
+@app.command("mcp")
+def mcp_stdio(api_key: Optional[str] = typer.Option(None, envvar="COPILOT_MCP_API_KEY", help="the API key whose "
+                                                     "scope the tools get (needed when keys are configured)")) -> None:
+    """Serve the MCP tools (search, ask, get_document) over stdin/stdout, for a client that starts
+    the server itself (Claude Desktop, Cursor, VS Code). Over HTTP they are at /mcp of `copilot serve`.
+
+    Logs go to stderr; stdout carries only the protocol. Ends when the client closes stdin.
+    """
+    import asyncio
+
+    from copilot.api.app import create_app
+    from copilot.api.mcp import serve_stdio, stdio_access
+
+    settings = load_settings()
+    try:
+        access = stdio_access(settings, api_key)
+    except ValueError as exc:
+        err.print(f"copilot mcp: {exc}", highlight=False, markup=False)
+        raise typer.Exit(EXIT_USAGE) from exc
+    open_store_or_exit(settings).close()
+    service = load_service_or_exit(settings)
+    try:
+        asyncio.run(serve_stdio(create_app(settings, service), access))
+    finally:
+        service.models.stop_background()
+
+
 @app.command()
 @with_serve_overrides
 def serve(overrides: dict[str, Any],

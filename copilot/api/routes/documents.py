@@ -19,7 +19,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from copilot.api.dependencies import DeleteAccess, FeedbackDep, ReadAccess, ServiceDep, StoreDep
 from copilot.api.openapi import error_responses
-from copilot.api.schemas.documents import ChunkOut, DeleteResponse, DocumentDetail, DocumentOut, DocumentPage
+from copilot.api.schemas.documents import DeleteResponse, DocumentDetail, DocumentOut, DocumentPage
 from copilot.deletion import delete_document as delete_stored_document
 from copilot.documents import document_page, readable_document
 from copilot.search.filters import Text
@@ -46,9 +46,7 @@ async def get_document(doc_id: Text, store: StoreDep, access: ReadAccess) -> Doc
     document = await asyncio.to_thread(readable_document, store, doc_id, access)
     if document is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, _not_found(doc_id))
-    base = DocumentOut.from_row(document.info)
-    return DocumentDetail(**base.model_dump(),
-                          chunks=[ChunkOut(chunk_id=c.chunk_id, text=c.text) for c in document.chunks])
+    return DocumentDetail.from_document(document)
 
 
 @router.delete("/{doc_id:path}", response_model=DeleteResponse,

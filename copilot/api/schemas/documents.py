@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from copilot.documents import StoredDocument
+
 
 class DocumentOut(BaseModel):
     """A stored document (one logbook entry, shift, post-mortem or ticket)."""
@@ -47,6 +49,12 @@ class DocumentDetail(DocumentOut):
     """``GET /v1/documents/{doc_id}``: the document with its chunks."""
 
     chunks: list[ChunkOut]
+
+    @classmethod
+    def from_document(cls, document: StoredDocument) -> "DocumentDetail":
+        """The API view of a stored document."""
+        return cls(**DocumentOut.from_row(document.info).model_dump(),
+                   chunks=[ChunkOut(chunk_id=c.chunk_id, text=c.text) for c in document.chunks])
 
 
 class DeleteResponse(BaseModel):
