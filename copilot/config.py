@@ -158,6 +158,15 @@ class Settings(BaseSettings):
     openai_sources_footer: bool = Field(True, description="append the numbered sources to the chat completion's "
                                         "message content (what Open WebUI and LangChain show); they are always in "
                                         "the extra 'sources' field")
+    # -- alerts (POST /v1/alerts/alertmanager) ------------------------------------------------------
+    alerts_keep: int = Field(1000, ge=1, le=1_000_000, description="past-incident answers to alerts kept (by "
+                             "fingerprint; the oldest are deleted past it)")
+    alerts_webhook_url: str | None = Field(None, pattern=r"^https?://\S+$", description="a chat incoming-webhook URL "
+                                           "(Mattermost, Slack) each alert's answer is posted to as {\"text\": ...}")
+    alerts_webhook_style: Literal["markdown", "slack"] = Field("markdown", description="how the posted answer links "
+                                                               "its sources: markdown (Mattermost) or slack")
+    public_url: str | None = Field(None, pattern=r"^https?://\S+$", description="this server's URL as users reach "
+                                   "it (the links of posted answers); default: the URL the caller used")
 
     @model_validator(mode="before")
     @classmethod

@@ -13,11 +13,15 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
+from copilot.alerts.forward import ChatWebhook
+from copilot.alerts.receiver import AlertReceiver
+from copilot.alerts.table import AlertTable
 from copilot.api import errors, logs, openapi
 from copilot.api.limits import BodyLimitMiddleware
 from copilot.api.mcp import mount_mcp
 from copilot.api.metrics import Metrics, MetricsMiddleware
 from copilot.api.routes import (
+    alerts,
     ask,
     chat,
     completions,
@@ -33,11 +37,13 @@ from copilot.api.routes import (
     search,
     ui,
 )
+from copilot.api.schemas.ask import ask_fields
 from copilot.api.server import bound_port
 from copilot.config import Settings, get_settings
 from copilot.feedback.ratings import FeedbackTable
 from copilot.service import CopilotService
 from copilot.serving.ingest_jobs import IngestJobManager, JobQueueConfig
+from copilot.serving.question_job import QuestionQueue
 from copilot.serving.reindex_runner import ReindexRunner
 from copilot.serving.scheduler import BatchScheduler, make_batch
 
@@ -61,9 +67,9 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         service: an already-built service (tests share one across apps); it is not closed
             at shutdown.
     Routes: ``/`` (the page), ``/v1/ask``, ``/v1/search``, ``/v1/ingest``, ``/v1/documents``,
-    ``/v1/feedback``, ``/v1/index``; OpenAI's ``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``,
-    ``/v1/embeddings``, ``/v1/models``; the MCP server at ``/mcp``; ``/healthz``, ``/readyz``, ``/metrics``
-    (see ``/docs``).
+    ``/v1/feedback``, ``/v1/index``, ``/v1/alerts``; OpenAI's ``/v1/chat/completions``, ``/v1/completions``,
+    ``/v1/responses``, ``/v1/embeddings``, ``/v1/models``; the MCP server at ``/mcp``; ``/healthz``, ``/readyz``,
+    ``/metrics`` (see ``/docs``).
     At start-up the root logger gets one handler in ``log_format``
     (see :func:`copilot.api.logs.configure`). The replica id is ``settings.replica_id``, else
     :func:`default_replica_id` of the port the server bound (``app.state.bound_port``, set by
@@ -94,12 +100,18 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             on_finish=lambda job: app_metrics.ingest_jobs.labels(job.status).inc())
         app.state.feedback = await asyncio.to_thread(FeedbackTable, app.state.service.store.db)
         app.state.reindex = ReindexRunner(app.state.service.store)
+        webhook = (ChatWebhook(settings.alerts_webhook_url, settings.alerts_webhook_style)
+                   if settings.alerts_webhook_url else None)
+        alert_table = await asyncio.to_thread(AlertTable, app.state.service.store.db, settings.alerts_keep)
+        app.state.alerts = AlertReceiver(alert_table, lambda: QuestionQueue(app.state.service, app.state.scheduler,
+                                                                            app_metrics), ask_fields, webhook)
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
                  app.state.service.store.db.location, app.state.ingest_jobs.replica_id)
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
+            await app.state.alerts.close()
             app.state.ingest_jobs.close()
             app.state.scheduler.close()
             if service is None:  # built here: nothing of it may outlive the app (a thread in torch aborts the exit)
@@ -113,7 +125,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
     mcp_server = app.state.mcp = mount_mcp(app, settings)
     for router in (health.router, metrics.router, ask.router, search.router, models.router, chat.router,
                    completions.router, embeddings.router, responses.router, ingest.router, documents.router,
-                   index.router, feedback.router, ui.router):
+                   index.router, feedback.router, alerts.router, ui.router):
         app.include_router(router)
     return app
 

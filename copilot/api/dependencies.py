@@ -22,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import State
 
 from copilot.access import FULL_ACCESS, Access, KeyRing
+from copilot.alerts.receiver import AlertReceiver
 from copilot.api.errors import ParameterError
 from copilot.api.metrics import Metrics
 from copilot.config import Settings
@@ -202,6 +203,12 @@ def admin_access(access: Access = Depends(require_api_key)) -> Access:
                        "maintain the whole store (that needs the ingest and delete rights and no read scope)")
 
 
+def get_alerts(request: Request) -> AlertReceiver:
+    """The Alertmanager receiver and its kept answers."""
+    receiver: AlertReceiver = request.app.state.alerts
+    return receiver
+
+
 def get_reindex(request: Request) -> ReindexRunner:
     """The dense-index rebuild runner."""
     runner: ReindexRunner = request.app.state.reindex
@@ -224,3 +231,4 @@ IngestAccess = Annotated[Access, Depends(ingest_access)]
 DeleteAccess = Annotated[Access, Depends(delete_access)]
 AdminAccess = Annotated[Access, Depends(admin_access)]
 ReindexDep = Annotated[ReindexRunner, Depends(get_reindex)]
+AlertsDep = Annotated[AlertReceiver, Depends(get_alerts)]

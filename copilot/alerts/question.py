@@ -1,0 +1,103 @@
+"""The question a firing alert asks of the records: "when has this happened before, and what fixed it?"
+
+An alert does not know the logbook's words: its name is a rule's CamelCase id
+(``DCachePoolReadOnly``), its labels name the host, the job and the service, and its summary is
+the rule author's sentence. The question is made of what the records can hold: the alert's name
+as words, the host as operators write it (its short name: ``dc-pool-07``, not
+``dc-pool-07.grid.lab.example:9100``), the service, and the summary without the metric and
+label names no entry holds (``node_filesystem_avail_bytes``, ``job="node"``), which "not found"
+would otherwise read as a named thing missing from every source
+(:func:`copilot.search.entities.question_entities`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from copilot.search.literals import token_kind
+
+#: Labels naming the host an alert is about, in order of preference.
+HOST_LABELS = ("host", "hostname", "nodename", "node", "instance", "server", "exported_instance")
+#: Labels naming the service or job.
+SERVICE_LABELS = ("service", "job", "app", "component")
+#: Literal kinds of the summary that the records do not hold (metric and label names).
+_DROPPED_KINDS = frozenset({"name", "setting"})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert of an Alertmanager notification (its webhook fields).
+
+    Attributes:
+        starts_at, ends_at: ISO 8601 as Alertmanager sent them (``ends_at`` None while firing).
+    """
+
+    fingerprint: str
+    status: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    starts_at: str = ""
+    ends_at: str | None = None
+    generator_url: str = ""
+
+    @property
+    def name(self) -> str:
+        """The alert's name (``alertname``; ``alert`` when unnamed)."""
+        return self.labels.get("alertname") or "alert"
+
+
+def short_host(value: str) -> str:
+    """The host as operators write it: no scheme, no port, the first label of a DNS name (an IP
+    address stays whole). ``https://dc-pool-07.grid.lab.example:9100/metrics`` → ``dc-pool-07``."""
+    host = re.sub(r"^[a-z][a-z0-9+.-]*://", "", value.strip(), flags=re.IGNORECASE).split("/", 1)[0]
+    if host.startswith("["):  # [::1]:9100
+        return host[1:].split("]", 1)[0]
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        return host.split(".", 1)[0]
+
+
+def alert_host(labels: Mapping[str, str]) -> str | None:
+    """The host an alert is about (:data:`HOST_LABELS`, short), or None."""
+    for label in HOST_LABELS:
+        if labels.get(label, "").strip():
+            return short_host(labels[label]) or None
+    return None
+
+
+def alert_words(name: str) -> str:
+    """A rule's CamelCase name as words: ``CephOSDNearFull`` → ``Ceph OSD Near Full``."""
+    return " ".join(_CAMEL.sub(" ", name.replace("_", " ")).split())
+
+
+def _summary(text: str, host: str | None) -> str:
+    """The summary without metric and label names (the host kept)."""
+    kept = [w for w in text.split()
+            if (host and host in w) or token_kind(w.strip(".,;:()[]{}'\"")) not in _DROPPED_KINDS]
+    return " ".join(kept).rstrip(" .:;")
+
+
+def alert_question(alert: Alert) -> str:
+    """The question an alert asks of the records: what fired (its summary, with the name's words
+    the summary lacks), the service and the host, then "When did this happen before, and what
+    fixed it?"."""
+    host = alert_host(alert.labels)
+    summary = alert.annotations.get("summary") or alert.annotations.get("description") or ""
+    words = alert_words(alert.name)
+    what = _summary(summary, host) or words
+    if what != words and any(w not in what.lower() for w in words.lower().split() if len(w) >= 3):
+        what = f"{words}: {what}"  # the name adds words the summary lacks
+    service = next((alert.labels[k] for k in SERVICE_LABELS if alert.labels.get(k)), "")
+    if service and token_kind(service) not in _DROPPED_KINDS and service.lower() not in what.lower():
+        what += f" ({service})"
+    if host and host not in what:
+        what += f" on {host}"
+    return f"{what}. When did this happen before, and what fixed it?"
