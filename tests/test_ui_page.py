@@ -491,3 +491,35 @@ def test_thumbs_up_with_a_reason_is_stored_by_the_feedback_route(live_url, page)
     assert any(json.loads(line)["id"] == stored["id"] for line in export.splitlines())
     page.screenshot(path=str(SCREENSHOT.with_name("ui-feedback.png")))
     assert page.problems == []
+
+
+@pytest.mark.slow
+def test_the_alerts_panel_lists_kept_answers_as_text_and_opens_their_sources(live_url, page):
+    """``GET /v1/alerts`` (canned) rendered when the panel opens: each alert, its answer, its
+    sources as links that open the real document view; untrusted text stays text."""
+    alerts = {"total": 2, "offset": 0, "limit": 20, "alerts": [
+        {"fingerprint": "0a1b", "alertname": "DCachePoolReadOnly", "status": "firing", "state": "answered",
+         "starts_at": "2026-03-02T03:12:00Z", "received": "2026-03-02T03:12:01Z",
+         "labels": {"instance": "dc-pool-07:9100"}, "annotations": {}, "question": "dc-pool-07 went read-only.",
+         "answer": {"answer": f"Restarted with `systemctl restart dcache` [1]. {EVIL}", "not_found": False,
+                    "sources": [{"n": 1, "doc_id": POSTMORTEM, "title": EVIL,
+                                 "url": "/v1/documents/" + POSTMORTEM.replace("#", "%23")}]}},
+        {"fingerprint": "0c0d", "alertname": "CertificateExpiringSoon", "status": "resolved", "state": "failed",
+         "starts_at": "2026-03-03T00:00:00Z", "received": "2026-03-03T00:00:01Z", "labels": {"host": "xrootd-gw01"},
+         "annotations": {}, "question": "certificate expiring on xrootd-gw01.", "error": "generation queue is full"}]}
+    page.route("**/v1/alerts?*", lambda route: route.fulfill(status=200, body=json.dumps(alerts),
+                                                              headers={"content-type": "application/json"}))
+    page.goto(f"{live_url}/")
+    page.locator("#alerts-panel summary").click()
+    items = page.locator("#alerts li.alert")
+    expect(items).to_have_count(2)
+    first = items.nth(0).inner_text()
+    assert "DCachePoolReadOnly on dc-pool-07:9100" in first and EVIL in first and "answered" in first
+    assert page.locator("#alerts img").count() == 0  # the EVIL markup stayed text
+    assert "generation queue is full" in items.nth(1).inner_text()
+    assert "2 alert(s)" in page.locator("#alerts-status").inner_text()
+    items.nth(0).locator("a.doc-link").click()
+    dialog = page.locator("#doc-view")
+    expect(dialog).to_have_attribute("data-state", "ready")
+    assert "FTS3" in dialog.locator(".doc-title").inner_text()
+    assert page.problems == []

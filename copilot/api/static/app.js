@@ -6,6 +6,7 @@
 // Every value from the server is put on the page with textContent / createElement /
 // setAttribute (see dom.js), never as HTML: titles, snippets and answers are untrusted text.
 
+import { alertsPanel } from "./alerts.js";
 import { answerNodes, citedFromText } from "./answer.js";
 import { Conversation } from "./conversation.js";
 import { documentView } from "./docview.js";
@@ -433,6 +434,9 @@ ui.sources.addEventListener("click", (e) => {
   e.preventDefault();
   openDocument(url.href, state.sources.get(Number(link.dataset.n)));
 });
+
+alertsPanel({ details: $("alerts-panel"), list: $("alerts"), status: $("alerts-status"), refresh: $("alerts-refresh") },
+  { authHeaders, openDocument: (url) => openDocument(url), onKeyNeeded: () => showKeyPanel(true) });
 
 const saved = storedKey();
 if (saved) {
