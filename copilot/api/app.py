@@ -39,6 +39,7 @@ from copilot.service import CopilotService
 from copilot.serving.ingest_jobs import IngestJobManager, JobQueueConfig
 from copilot.serving.reindex_runner import ReindexRunner
 from copilot.serving.scheduler import BatchScheduler, make_batch
+from copilot.serving.source_watch import start_source_watch
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +93,14 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
             on_finish=lambda job: app_metrics.ingest_jobs.labels(job.status).inc())
         app.state.feedback = await asyncio.to_thread(FeedbackTable, app.state.service.store.db)
         app.state.reindex = ReindexRunner(app.state.service.store)
+        app.state.source_watch = start_source_watch(settings, app.state.service.store, app_metrics.registry)
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
                  app.state.service.store.db.location, app.state.ingest_jobs.replica_id)
         try:
             yield
         finally:
+            if app.state.source_watch is not None:  # COPILOT_WATCH_PATHS
+                await asyncio.to_thread(app.state.source_watch.stop)
             app.state.ingest_jobs.close()
             app.state.scheduler.close()
             if service is None:  # built here: nothing of it may outlive the app (a thread in torch aborts the exit)
