@@ -137,6 +137,17 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(50_000_000, ge=1024, description="multipart ingest upload limit (bytes)")
     max_upload_files: int = Field(100, ge=1, description="files per multipart ingest upload")
     ingest_root: Path | None = Field(None, description="server-side ingest paths must lie under it; unset = disabled")
+    # followed sources (copilot.serving.source_watch)
+    watch_paths: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="server-side files and folders the API server follows, re-ingesting what "
+        "changes (comma-separated in the environment; relative to ingest_root or absolute inside it)")
+    watch_prune: bool = Field(False, description="followed paths: delete the documents of files deleted under them")
+    watch_poll: bool = Field(False, description="followed paths: poll instead of file system notifications "
+                             "(network filesystems)")
+    watch_debounce_s: float = Field(1.0, ge=0.1, le=60, description="followed paths: quiet time before changes "
+                                    "are ingested (s)")
+    watch_poll_interval_s: float = Field(1.0, ge=0.1, le=3600, description="followed paths: time between two "
+                                         "scans when polling (s)")
     queue_size: int = Field(8, ge=1, description="requests waiting for admission to the decoding batch")
     max_batch: int = Field(8, ge=1, le=64, description="questions decoded together in one batch (1 = one at a time)")
     heartbeat_s: float = Field(5.0, gt=0, le=60, description="SSE comment sent this often while a stream waits (s)")
@@ -217,6 +228,22 @@ class Settings(BaseSettings):
                 raise ValueError("api_keys is set but holds no key (only commas/blanks); unset it to disable auth")
             return keys
         return v
+
+    @field_validator("watch_paths", mode="before")
+    @classmethod
+    def _split_paths(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [p.strip() for p in v.split(",") if p.strip()]
+        return v
+
+    @model_validator(mode="after")
+    def _check_watch_paths(self) -> "Settings":
+        """Followed paths lie under the ingest root (a clear error at start otherwise)."""
+        if self.watch_paths:
+            from copilot.serving.source_watch import check_watch_paths
+
+            self.watch_paths = check_watch_paths(self.watch_paths, self.ingest_root)
+        return self
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -1,11 +1,13 @@
 """The ``copilot ingest`` command's body: open the store, ingest (:func:`~ingestion.pipeline.ingest_paths`),
-log what failed, write the report, and choose the exit code."""
+log what failed, write the report, and choose the exit code; with ``--watch``, :func:`run_watch` follows
+the paths afterwards (:mod:`ingestion.watch`)."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from ingestion.loaders import LoaderConfig
 from ingestion.pipeline import IngestOptions, common_root, ingest_paths, mark_not_reached
 from ingestion.report import EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_STORE, EXIT_USAGE, IngestReport
 from ingestion.stores.chunk_store import StoreSettings, open_store
+from ingestion.watch import SourceWatcher, WatchCycle, WatchOptions, signals_stop
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +88,8 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
             store.close()
     if code == EXIT_OK:
         code = EXIT_OK if report.ok else EXIT_FAILED
-    for entry in report.files if opened else []:  # a store that never opened: its one error line says it
-        if entry.status == "failed":
-            log.error("failed: %s: %s", entry.source, entry.reason)
-        for failure in entry.failed_records:
-            log.error("record failed: %s %s: %s", entry.source, failure["where"], failure["reason"])
+    if opened:  # a store that never opened: its one error line says it
+        log_failures(report)
     if report_file is not None:
         try:
             write_report(report, Path(report_file))
@@ -98,3 +98,61 @@ def run_ingest(paths: Sequence[Path], settings: StoreSettings, *, prune: bool = 
             if code == EXIT_OK or code == EXIT_FAILED:
                 code = EXIT_USAGE
     return IngestOutcome(report, code)
+
+
+def log_failures(report: IngestReport) -> None:
+    """Log each failed file and each failed record of ``report`` (one error line each)."""
+    for entry in report.files:
+        if entry.status == "failed":
+            log.error("failed: %s: %s", entry.source, entry.reason)
+        for failure in entry.failed_records:
+            log.error("record failed: %s %s: %s", entry.source, failure["where"], failure["reason"])
+
+
+def run_watch(paths: Sequence[Path], settings: StoreSettings, options: WatchOptions | None = None, *,
+              report_file: Path | None = None, embedder: Embedder | None = None,
+              on_cycle: Callable[[WatchCycle], None] | None = None, stop: threading.Event | None = None) -> int:
+    """Body of ``copilot ingest --watch PATH... [--prune] [--poll] [--report FILE.json]``: ingest the
+    paths, then follow them and ingest what changes until SIGINT, SIGTERM or ``stop``
+    (:class:`~ingestion.watch.SourceWatcher`; its first cycle is the ordinary first ingest).
+
+    Sources are named relative to the paths' common root, as ``copilot ingest`` names them. After
+    each cycle its failed files and records are logged, ``report_file`` is rewritten with its report,
+    and ``on_cycle`` is called. Another ingest holding the store's lock, a store error, a watched
+    path that disappears: each is logged and waited out, none ends the watch.
+
+    Args:
+        paths: files and folders (callers check they exist).
+        settings: store settings (as for :func:`run_ingest`).
+        options: debounce, polling, prune (default: :class:`~ingestion.watch.WatchOptions`).
+        report_file: where each cycle's report is written (JSON, replaced each cycle).
+        embedder: an already-built embedder (default: from the settings).
+        on_cycle: called with each :class:`~ingestion.watch.WatchCycle` (the command prints it).
+        stop: setting it ends the watch (as SIGINT or SIGTERM do on the main thread).
+    Returns:
+        ``EXIT_OK`` when stopped between cycles; 128 + the signal's number (130, 143) when a signal
+        stopped a cycle half-way (what was written stays stored; that cycle's report says what not).
+    Raises:
+        StoreError: the store cannot be opened (the command exits 4 with the reason).
+    """
+    store = open_store(settings, embedder=embedder)
+    given = [Path(p) for p in paths]
+
+    def finished(cycle: WatchCycle) -> None:
+        if cycle.report is not None:
+            log_failures(cycle.report)
+            if report_file is not None:
+                try:
+                    write_report(cycle.report, Path(report_file))
+                except OSError as exc:
+                    log.error("cannot write the report to %s: %s", report_file, exc.strerror or exc)
+        if on_cycle is not None:
+            on_cycle(cycle)
+
+    watcher = SourceWatcher(given, store, options, root=common_root(given), on_cycle=finished, stop_event=stop)
+    try:
+        with signals_stop(watcher):
+            signum = watcher.run()
+    finally:
+        store.close()
+    return EXIT_OK if signum is None else 128 + signum

@@ -46,6 +46,7 @@ from copilot.serving.ingest_jobs import IngestJobManager, JobQueueConfig
 from copilot.serving.question_job import QuestionQueue
 from copilot.serving.reindex_runner import ReindexRunner
 from copilot.serving.scheduler import BatchScheduler, make_batch
+from copilot.serving.source_watch import start_source_watch
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         alert_table = await asyncio.to_thread(AlertTable, app.state.service.store.db, settings.alerts_keep)
         app.state.alerts = AlertReceiver(alert_table, lambda: QuestionQueue(app.state.service, app.state.scheduler,
                                                                             app_metrics), ask_fields, webhook)
+        app.state.source_watch = start_source_watch(settings, app.state.service.store, app_metrics.registry)
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
                  app.state.service.store.db.location, app.state.ingest_jobs.replica_id)
         try:
@@ -112,6 +114,8 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
                 yield
         finally:
             await app.state.alerts.close()
+            if app.state.source_watch is not None:  # COPILOT_WATCH_PATHS
+                await asyncio.to_thread(app.state.source_watch.stop)
             app.state.ingest_jobs.close()
             app.state.scheduler.close()
             if service is None:  # built here: nothing of it may outlive the app (a thread in torch aborts the exit)

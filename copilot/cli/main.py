@@ -96,7 +96,13 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logg
 def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ingest"),
            prune: bool = typer.Option(False, help="delete documents whose source file is gone"),
            report: Optional[Path] = typer.Option(None, help="write the per-file report as JSON here (also when "
-                                                 "the run cannot happen: 'error' says why)")) -> None:
+                                                 "the run cannot happen: 'error' says why)"),
+           watch: bool = typer.Option(False, "--watch", help="after the first ingest, follow the paths and ingest "
+                                      "what changes until Ctrl-C or SIGTERM (one JSON line per cycle)"),
+           poll: bool = typer.Option(False, "--poll", help="with --watch: poll instead of file system notifications "
+                                     "(network filesystems)"),
+           debounce: float = typer.Option(1.0, min=0.1, max=60, metavar="SECONDS", help="with --watch: the quiet "
+                                          "time before changes are ingested")) -> None:
     """Ingest logbooks and ticket exports (idempotent: unchanged documents are skipped).
 
     Prints the outcome (succeeded, partial or failed) and the files per status as JSON. A bad record
@@ -105,6 +111,11 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
     Named pipes, sockets and devices are skipped, never opened. `python -m ingestion` runs this same command.
     SIGINT or SIGTERM stops it with exit 130 or 143 and the report written: what was written stays
     stored, the report lists what was not; re-run to resume.
+
+    With --watch it then follows the paths and re-ingests what changes, printing one JSON line per
+    cycle (--report is rewritten each cycle); deleted files' documents go only with --prune; a path
+    that disappears is a warning, followed again when it is back. Ctrl-C or SIGTERM between cycles
+    exits 0, during one 130 or 143.
     """
     from ingestion.ingest_command import run_ingest
 
@@ -113,6 +124,13 @@ def ingest(paths: list[Path] = typer.Argument(..., help="files or folders to ing
     if missing:
         err.print(f"[red]no such file or folder: {', '.join(missing)}[/red]", highlight=False)
         raise typer.Exit(EXIT_USAGE)
+    if watch:
+        from ingestion.ingest_command import run_watch
+        from ingestion.watch import WatchOptions
+
+        options = WatchOptions(prune=prune, poll=poll, debounce_s=debounce, progress=None)
+        raise typer.Exit(run_watch(list(paths), settings, options, report_file=report,
+                                   on_cycle=lambda cycle: typer.echo(json.dumps(cycle.to_dict()))))
     outcome = run_ingest(list(paths), settings, prune=prune, report_file=report)
     if outcome.report.error:
         where = f" (report: {report})" if report else ""
