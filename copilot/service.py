@@ -166,7 +166,7 @@ class CopilotService:
         budget = self.prompt_budget(config) if mode == "rag" else \
             engine.target.max_positions - config.budget.max_new_tokens
         question = Question(text, config, request.max_sources or self.max_sources, mode, request.flt, tuple(history),
-                            request.instructions.strip(), budget, engine.resolve(config), access)
+                            request.instructions.strip(), budget, engine.resolve(config), access, request.problem)
         tokenizer = engine.target.tokenizer
         if mode == "rag":
             needed = bare_prompt_tokens(tokenizer, text, self.style, question.instructions)
@@ -228,7 +228,7 @@ class CopilotService:
         if prompt is None:
             prompt = build_prompt(tokenizer, question.text, sources, question.prompt_budget,
                                   list(question.history), self.style, question.instructions)
-        grounding = self._ground(question.text, prompt.turn_sources)
+        grounding = self._ground(question.text, prompt.turn_sources, question.problem)
         return Prepared(question, prompt, (time.perf_counter() - t0) * 1000, grounding)
 
     def _earlier_turns(self, question: Question) -> list[EarlierTurn]:
@@ -249,13 +249,14 @@ class CopilotService:
             turns.append(EarlierTurn(text, tuple(sources), history[i + 1].content))
         return turns
 
-    def _ground(self, question: str, sources: list[Source]) -> Grounding:
-        """Whether ``sources`` (as shown) can answer ``question`` (:func:`copilot.answer.grounding.assess`)."""
+    def _ground(self, question: str, sources: list[Source], problem: tuple[str, ...] = ()) -> Grounding:
+        """Whether ``sources`` (as shown) can answer ``question`` (:func:`copilot.answer.grounding.assess`;
+        ``problem``: the words an earlier occurrence must name)."""
         if not sources:
             return Grounding(True)  # the no-context answer says so already
         docs = [self.searcher.document_text(s) for s in sources]
         highlights = [h for s in sources for h in s.highlights]
-        return assess(question, docs, highlights, self.store.embedder, self.settings.min_support)
+        return assess(question, docs, highlights, self.store.embedder, self.settings.min_support, problem)
 
     def fixed_answer(self, prepared: Prepared) -> AnswerEvent | None:
         """The answer given without running the model, if any: the no-context answer (no

@@ -18,11 +18,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from copilot.alerts.forward import ChatWebhook
-from copilot.alerts.question import Alert, alert_host, alert_question, alert_words
+from copilot.alerts.question import Alert, alert_host, alert_problem, alert_question, alert_words
 from copilot.alerts.table import AlertTable
+from copilot.answer.grounding import assess, not_found_answer
 from copilot.api.app import create_app
 from copilot.api.server import ServerThread, free_port
 from copilot.config import Settings
+from copilot.search.entities import DocumentText
 from copilot.service import CopilotService
 from ingestion.stores.database import SqliteDatabase
 
@@ -59,14 +61,32 @@ def test_the_question_names_what_the_records_can_hold():
                                   "instance": "wn-042.grid.lab.example:9100"},
                   {"summary": "Filesystem /var/lib/condor on wn-042 has 3% left (node_filesystem_avail_bytes)"})
     question = alert_question(fired)
-    assert "wn-042" in question and "/var/lib/condor" in question and "what fixed it" in question
+    assert "wn-042" in question and "/var/lib/condor" in question and "What fixed it" in question
     assert "node_filesystem_avail_bytes" not in question and "node_exporter" not in question
     assert "grid.lab.example" not in question and "9100" not in question
     assert alert_words("CephOSDNearFull") == "Ceph OSD Near Full"
     assert alert_host({"instance": "https://[::1]:9100/metrics"}) == "::1"
     assert alert_host({"instance": "10.1.2.3:9100"}) == "10.1.2.3"
     assert alert_question(Alert("f", "firing", {"alertname": "HTCondorScheddDown", "host": "htc-ce02"})) == \
-        "HT Condor Schedd Down on htc-ce02. When did this happen before, and what fixed it?"
+        "HT Condor Schedd Down on htc-ce02. What fixed it when this happened before, and when was that?"
+
+
+def test_the_problem_words_leave_out_the_host_and_what_every_alert_says():
+    fired = Alert("f", "firing", {"alertname": "NodeMemoryHigh", "instance": "br-01:9100"},
+                  {"summary": "Memory usage on br-01 above 95% for 15 minutes"})
+    assert alert_problem(fired) == ("memory",)
+
+
+def test_a_record_of_the_host_about_another_problem_is_no_earlier_occurrence():
+    """The grounding rule an alert's question adds: a source about the host must name one of the
+    problem's words (stemmed), else "not found" before the model runs."""
+    flaps = DocumentText("elog#7", "LHCONE link flaps on border router br-01: et-0/0/2 flapped 7 times")
+    question = "Memory usage on br-01. What fixed it when this happened before, and when was that?"
+    refused = assess(question, [flaps], [], None, problem=("memory",))
+    assert not refused.answerable and "no entry about br-01 records this problem (memory)" in \
+        not_found_answer(refused, ["LHCONE link flaps"])
+    assert assess(question, [flaps], [], None, problem=("flapping",)).answerable  # "flapping" meets "flaps"
+    assert assess(question, [flaps], [], None).answerable  # no problem words: the entity rule alone
 
 
 def test_the_chat_message_links_the_sources_in_the_channels_style():

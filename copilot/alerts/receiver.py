@@ -22,7 +22,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from copilot.access import Access
 from copilot.alerts.forward import ChatWebhook, document_url
-from copilot.alerts.question import Alert, alert_question
+from copilot.alerts.question import Alert, alert_problem, alert_question
 from copilot.alerts.table import AlertTable
 from copilot.answer.assembly import Answer
 from copilot.answer.question import QuestionRequest
@@ -105,8 +105,8 @@ class AlertReceiver:
                                                stop=stop_after_attempt(self.max_queue_tries),
                                                wait=wait_exponential(multiplier=1, max=30)):
                 with attempt:
-                    answer = await use_cases.ask(self.questions(), QuestionRequest(question, access=caller.access),
-                                                 endpoint="alerts", caller=caller.credentials)
+                    asked = QuestionRequest(question, access=caller.access, problem=alert_problem(alert))
+                    answer = await use_cases.ask(self.questions(), asked, endpoint="alerts", caller=caller.credentials)
             fields = self.render(answer)
         except Exception as exc:  # kept as the alert's error; the next notification tries again
             log.warning("alert %s (%s): no answer: %s", alert.name, alert.fingerprint, exc)

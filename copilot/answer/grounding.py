@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from copilot.search.entities import DocumentText, holds, question_entities
-from copilot.search.highlights import Embedder
+from copilot.search.entities import DocumentText, Entities, holds, question_entities
+from copilot.search.highlights import Embedder, terms
 
 #: The best evidence line's cosine similarity to the question below which the sources do not
 #: answer it (all-MiniLM-L6-v2), for a question that names no entity: the middle of the gap on the
@@ -73,7 +73,7 @@ def evidence_support(question: str, highlights: Sequence[str], embedder: Embedde
 
 
 def assess(question: str, shown: Sequence[DocumentText], highlights: Sequence[str], embedder: Embedder | None,
-           min_support: float = MIN_SUPPORT) -> Grounding:
+           min_support: float = MIN_SUPPORT, problem: Sequence[str] = ()) -> Grounding:
     """Decide whether the shown sources can answer ``question``.
 
     Not answerable when a named entity (host, ticket, error code, path, setting, day) is held
@@ -87,6 +87,11 @@ def assess(question: str, shown: Sequence[DocumentText], highlights: Sequence[st
         highlights: their evidence lines.
         embedder: sentence embedder for the support score (``None``: entity rule only).
         min_support: the support threshold (0 turns that rule off).
+        problem: words of the problem asked about, one of which (Snowball-stemmed, as
+            :func:`copilot.search.highlights.terms`) an earlier occurrence must name: a source that holds every named
+            entity must hold one of them too, or the sources record the host but not this
+            problem on it (an alert's question, :func:`copilot.alerts.question.alert_problem`).
+            Empty: no such rule.
     """
     entities = question_entities(question)
     labels = entities.labels()
@@ -94,6 +99,10 @@ def assess(question: str, shown: Sequence[DocumentText], highlights: Sequence[st
     support = evidence_support(question, highlights, embedder)
     if missing:
         return Grounding(False, f"no retrieved entry mentions {', '.join(missing)}", missing, support, labels)
+    if problem and not _names_problem(shown, entities, problem):
+        subject = f" about {', '.join(labels)}" if labels else ""
+        return Grounding(False, f"no retrieved entry{subject} records this problem ({', '.join(problem)})", [],
+                         support, labels)
     if labels:  # every entity it names is in a shown source: the question is about those entries
         return Grounding(True, "", [], support, labels)
     if support is not None and support < min_support:
@@ -102,12 +111,20 @@ def assess(question: str, shown: Sequence[DocumentText], highlights: Sequence[st
     return Grounding(True, "", [], support, labels)
 
 
+def _names_problem(shown: Sequence[DocumentText], entities: Entities, problem: Sequence[str]) -> bool:
+    """Whether a shown source that holds every named entity names one of the ``problem`` words (stemmed)."""
+    wanted = set(terms(" ".join(problem)))
+    return any(not holds(d, entities)[1] and wanted & set(terms(d.text)) for d in shown)
+
+
 def not_found_answer(grounding: Grounding, titles: Sequence[str]) -> str:
     """The answer text when the sources do not answer: what is missing, then the closest
     entries as ``[n] title`` (cited, so the page and the footer link them)."""
     head = "Not found in the logbooks and tickets"
     if grounding.missing:
         head += f": no entry mentions {', '.join(grounding.missing)}"
+    elif grounding.reason.startswith("no retrieved entry") and "records this problem" in grounding.reason:
+        head += ": " + grounding.reason.replace("no retrieved entry", "no entry", 1)
     head += "."
     if not titles:
         return head

@@ -72,6 +72,8 @@ class QuestionRequest:
         instructions: the client's system message(s).
         access: what the caller may read.
         generation: the generation knobs.
+        problem: words of the problem an earlier occurrence must name (an alert's
+            question): see :func:`copilot.answer.grounding.assess`.
     """
 
     text: str
@@ -82,6 +84,7 @@ class QuestionRequest:
     instructions: str = ""
     access: Access = FULL_ACCESS
     generation: GenerationParams = field(default_factory=GenerationParams)
+    problem: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class Question:
             answer budget.
         logits: ``config``'s effective logits settings on the target, resolved once
             (:meth:`decoding.engine.SpeculativeEngine.resolve`) and handed to the engine.
+        problem: as :attr:`QuestionRequest.problem`.
     """
 
     text: str
@@ -119,6 +123,7 @@ class Question:
     prompt_budget: int
     logits: LogitsSettings | None
     access: Access
+    problem: tuple[str, ...] = ()
 
     @property
     def retrieves(self) -> bool:

@@ -93,7 +93,7 @@ def _stem(word: str) -> str:
     return stem
 
 
-def _terms(text: str) -> list[str]:
+def terms(text: str) -> list[str]:
     """BM25 terms: lower-cased words, Snowball-stemmed (Porter 2001), so "rolled" meets
     "roll back" and "draining" meets "drain"."""
     return [_stem(w) for w in _WORD.findall(text.lower())]
@@ -157,8 +157,8 @@ def score_units(question: str, units_by_source: Sequence[Sequence[EvidenceUnit |
             for s, units in enumerate(units_by_source) for i, u in enumerate(units)]
     if not flat:
         return []
-    bm25 = BM25Okapi([_terms(f"{u.text} {u.context}") or ["_"] for _, _, u in flat])
-    lexical = np.asarray(bm25.get_scores(_terms(question)), dtype=np.float64)
+    bm25 = BM25Okapi([terms(f"{u.text} {u.context}") or ["_"] for _, _, u in flat])
+    lexical = np.asarray(bm25.get_scores(terms(question)), dtype=np.float64)
     lexical = lexical / lexical.max() if lexical.max() > 0 else np.zeros_like(lexical)
     lifted = lexical.copy()
     for k, (_, i, _) in enumerate(flat):

@@ -2,7 +2,7 @@
 
 Point an Alertmanager receiver at ``/v1/alerts/alertmanager`` (``webhook_configs``, with the key
 in ``http_config.authorization.credentials``). For each firing alert OpsCopilot asks its records
-"when did this happen before, and what fixed it?" (:mod:`copilot.alerts`) and keeps the answer,
+"what fixed it when this happened before, and when was that?" (:mod:`copilot.alerts`) and keeps the answer,
 listed here and on the page; a chat webhook gets it too when ``alerts_webhook_url`` is set.
 The notification is answered 202 at once; the answers follow in the background.
 
