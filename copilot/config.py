@@ -172,6 +172,8 @@ class Settings(BaseSettings):
     # -- alerts (POST /v1/alerts/alertmanager) ------------------------------------------------------
     alerts_keep: int = Field(1000, ge=1, le=1_000_000, description="past-incident answers to alerts kept (by "
                              "fingerprint; the oldest are deleted past it)")
+    alerts_concurrency: int = Field(2, ge=1, le=64, description="alerts answered at once (the others wait; a burst "
+                                    "of alerts never fills the generation queue operators' questions share)")
     alerts_webhook_url: str | None = Field(None, pattern=r"^https?://\S+$", description="a chat incoming-webhook URL "
                                            "(Mattermost, Slack) each alert's answer is posted to as {\"text\": ...}")
     alerts_webhook_style: Literal["markdown", "slack"] = Field("markdown", description="how the posted answer links "

@@ -65,6 +65,10 @@ def test_the_question_names_what_the_records_can_hold():
     assert "node_filesystem_avail_bytes" not in question and "node_exporter" not in question
     assert "grid.lab.example" not in question and "9100" not in question
     assert alert_words("CephOSDNearFull") == "Ceph OSD Near Full"
+    tls = Alert("f", "firing", {"alertname": "CertificateExpiringSoon", "instance": "xrd-gw02.grid.lab.example:1094"},
+                {"summary": "TLS certificate on xrd-gw02.grid.lab.example:1094 (dCache xrd-gw02Domain) expires; "
+                            "replica on pg-01.grid.lab.example:5432, osd.37"})
+    assert "TLS certificate on xrd-gw02 (dCache xrd-gw02) expires; replica on pg-01, osd.37" in alert_question(tls)
     assert alert_host({"instance": "https://[::1]:9100/metrics"}) == "::1"
     assert alert_host({"instance": "10.1.2.3:9100"}) == "10.1.2.3"
     assert alert_question(Alert("f", "firing", {"alertname": "HTCondorScheddDown", "host": "htc-ce02"})) == \

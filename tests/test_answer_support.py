@@ -99,6 +99,7 @@ def test_siblings_are_one_family_of_names():
     assert siblings("166517", "166702") and not siblings("166517", "88213504")  # numbers: the same length
     assert not siblings("sw-core-a", "sw-core-a") and not siblings("sw-core-a", "sw-core-02")
     assert not siblings("se-07", "disk") and not siblings("e-mail", "x-ray")
+    assert not siblings("ora-rac-01", "ORA-00257")  # an error code is no sibling of a host
 
 
 def test_the_asked_subjects_include_lettered_names_and_ticket_numbers():

@@ -33,6 +33,7 @@ _GENERIC = frozenset(terms("alert firing fired high low critical warning warn do
                           "under minutes hours seconds percent instance host node job service server almost soon rate "
                           "ratio count total value threshold exceeded exceeds detected state status since left more "
                           "less too many"))
+_DAEMON_ID = re.compile(r"[A-Za-z][\w-]*\.\d+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
@@ -60,7 +61,8 @@ class Alert:
 
 def short_host(value: str) -> str:
     """The host as operators write it: no scheme, no port, the first label of a DNS name (an IP
-    address stays whole). ``https://dc-pool-07.grid.lab.example:9100/metrics`` → ``dc-pool-07``."""
+    address and a daemon's id such as ``osd.37`` stay whole).
+    ``https://dc-pool-07.grid.lab.example:9100/metrics`` → ``dc-pool-07``."""
     host = re.sub(r"^[a-z][a-z0-9+.-]*://", "", value.strip(), flags=re.IGNORECASE).split("/", 1)[0]
     if host.startswith("["):  # [::1]:9100
         return host[1:].split("]", 1)[0]
@@ -70,7 +72,10 @@ def short_host(value: str) -> str:
         ipaddress.ip_address(host)
         return host
     except ValueError:
-        return host.split(".", 1)[0]
+        pass
+    if _DAEMON_ID.fullmatch(host):  # osd.37, mds.2: a daemon's id, not a DNS name
+        return host
+    return host.split(".", 1)[0]
 
 
 def alert_host(labels: Mapping[str, str]) -> str | None:
@@ -87,9 +92,18 @@ def alert_words(name: str) -> str:
 
 
 def _summary(text: str, host: str | None) -> str:
-    """The summary without metric and label names (the host kept)."""
-    kept = [w for w in text.split()
-            if (host and host in w) or token_kind(w.strip(".,;:()[]{}'\"")) not in _DROPPED_KINDS]
+    """The summary as the records can hold it: a word holding the host stands for the host
+    (``xrd-gw02.grid.lab.example:1094``, ``dc-pool-03Domain`` → the host), another host name is
+    shortened (:func:`short_host`), metric and label names are left out."""
+    kept = []
+    for word in text.split():
+        bare = word.strip(".,;:()[]{}'\"")
+        if host and host.lower() in bare.lower():
+            kept.append(word.replace(bare, host))
+        elif token_kind(bare) == "host" and not bare.startswith("/"):
+            kept.append(word.replace(bare, short_host(bare)))
+        elif token_kind(bare) not in _DROPPED_KINDS:
+            kept.append(word)
     return " ".join(kept).rstrip(" .:;")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from copilot.access import Access
 from copilot.alerts.forward import ChatWebhook, document_url
@@ -61,17 +61,20 @@ class AlertReceiver:
         questions: the question queue (read when an answer starts: the scheduler lives in the app).
         render: an answer as the JSON ``POST /v1/ask`` gives (kept, and posted to the webhook).
         webhook: the chat channel the answers go to (None: none).
-        max_queue_tries: tries when the generation queue is full (waiting as it asks between them).
+        concurrency: alerts answered at once; the others wait their turn here, so that a burst of
+            alerts (a whole rack going down) never fills the generation queue operators' questions share.
+        queue_wait_s: how long an answer waits out a full generation queue (seconds) before it fails.
     """
 
     def __init__(self, table: AlertTable, questions: Callable[[], QuestionQueue],
                  render: Callable[[Answer], dict[str, Any]], webhook: ChatWebhook | None = None,
-                 max_queue_tries: int = 5) -> None:
+                 concurrency: int = 2, queue_wait_s: float = 600.0) -> None:
         self.table = table
         self.questions = questions
         self.render = render
         self.webhook = webhook
-        self.max_queue_tries = max_queue_tries
+        self.queue_wait_s = queue_wait_s
+        self._turns = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def receive(self, alerts: Sequence[Alert], caller: Caller) -> Receipt:
@@ -99,14 +102,16 @@ class AlertReceiver:
 
     async def _answer(self, alert: Alert, question: str, caller: Caller) -> None:
         """Answer one alert and keep the answer (or the error); then post it to the webhook."""
-        started = time.perf_counter()
         try:
-            async for attempt in AsyncRetrying(retry=retry_if_exception_type(QueueFullError), reraise=True,
-                                               stop=stop_after_attempt(self.max_queue_tries),
-                                               wait=wait_exponential(multiplier=1, max=30)):
-                with attempt:
-                    asked = QuestionRequest(question, access=caller.access, problem=alert_problem(alert))
-                    answer = await use_cases.ask(self.questions(), asked, endpoint="alerts", caller=caller.credentials)
+            async with self._turns:
+                started = time.perf_counter()
+                async for attempt in AsyncRetrying(retry=retry_if_exception_type(QueueFullError), reraise=True,
+                                                   stop=stop_after_delay(self.queue_wait_s),
+                                                   wait=wait_exponential(multiplier=1, max=30)):
+                    with attempt:
+                        asked = QuestionRequest(question, access=caller.access, problem=alert_problem(alert))
+                        answer = await use_cases.ask(self.questions(), asked, endpoint="alerts",
+                                                     caller=caller.credentials)
             fields = self.render(answer)
         except Exception as exc:  # kept as the alert's error; the next notification tries again
             log.warning("alert %s (%s): no answer: %s", alert.name, alert.fingerprint, exc)

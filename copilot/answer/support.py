@@ -81,7 +81,10 @@ def siblings(a: str, b: str) -> bool:
     """Whether two different names are of one family: the same shape with other digits
     (``xrootd-gw01``, ``xrootd-gw02``; two numbers of the same length), the same first label before a
     ``-`` (``htc-cm01``, ``htc-ce02``), or the same name with another one-letter last label
-    (``sw-core-a``, ``sw-core-b``)."""
+    (``sw-core-a``, ``sw-core-b``). A ticket or error code is no sibling of a host (``ORA-00257`` of
+    ``ora-rac-01``)."""
+    if (token_kind(a) == "ticket") != (token_kind(b) == "ticket"):
+        return False
     a, b = a.lower(), b.lower()
     if a == b:
         return False
