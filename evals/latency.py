@@ -49,6 +49,7 @@ from decoding.stopping import LoopDetector, apply_stops
 from evals.exactness import budget_for, stop_checker
 from evals.harness import Case, plain_greedy_kwargs
 from evals.llamacpp_anchor import LLAMACPP_MODES, generate_timed
+from evals.oracle import bound
 
 log = logging.getLogger(__name__)
 
@@ -375,12 +376,39 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
                     _run(engine, mode, case, max_new_tokens, loop_span))
         log.info("%s timed (%d/%d)", case.question.id, qi + 1, len(cases))
     out = summarize(runs, cases, base)
+    if "ours_auto" in modes:
+        out["oracle"] = oracle_summary(engine, cases, runs, out["per_question"], base)
     out["baseline"] = base
     out["aliases"] = mode_aliases(engine, modes)
     out["skipped"] = {m: why for m, why in skipped_modes(engine).items() if m not in modes}
     out["policy_states"] = engine.core.acceptance.snapshot()
     out["loop_span"] = loop_span
     return out
+
+
+def oracle_summary(engine: SpeculativeEngine, cases: list[Case], runs: dict[str, dict[str, list[Run]]],
+                   per_question: list[dict], baseline: str) -> dict:
+    """``ours_auto`` against its own bound (:mod:`evals.oracle`): per question, the speedup of the
+    hindsight schedule over one-token steps (the n-gram drafter's proposals on the greedy answer,
+    the engine's measured pass costs at the prompt's length) and ``ours_auto``'s measured decode
+    speedup as a share of it. The measured speedup is over ``ours_off`` (our loop's one-token steps,
+    what the bound prices) when it was timed, else over ``baseline``."""
+    gamma_max = len(engine.core.costs.verify_ms) - 1
+    plain = "ours_off" if "ours_off" in runs else baseline
+    rows = []
+    for case, row in zip(cases, per_question):
+        greedy = runs[baseline][case.question.id][0].tokens
+        b = bound(case.prompt_ids, case.context_ids, greedy, engine.core.cost_model(len(case.prompt_ids)),
+                  gamma_max, engine.core.history)
+        ours = row["modes"]["ours_auto"]["speedup"] / row["modes"][plain]["speedup"]
+        rows.append({"id": case.question.id, "tokens": b.tokens, "oracle_speedup": round(b.speedup, 3),
+                     "oracle_drafted": b.drafted, "ours_auto_speedup": round(ours, 3),
+                     "share": round(ours / b.speedup, 3)})
+    med = statistics.median
+    return {"over": plain, "gamma_max": gamma_max, "per_question": rows,
+            "oracle_speedup_median": round(med(r["oracle_speedup"] for r in rows), 3),
+            "ours_auto_share_median": round(med(r["share"] for r in rows), 3),
+            "ours_auto_share_min": round(min(r["share"] for r in rows), 3)}
 
 
 def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case], baseline: str = "hf_greedy") -> dict:

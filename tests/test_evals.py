@@ -159,10 +159,27 @@ def test_latency_report_shape_and_plots(tiny_engine, tiny_cases, tmp_path):
     report.update(hardware={"device": "cpu"}, max_new_tokens=8, repeats=1)
     assert "ours_auto" in latency_markdown(report) and "speedup.png" in latency_markdown(report)
     assert "speedup.png" not in latency_markdown(report, plots=False)  # printed without --report: no dead links
+    oracle = report["oracle"]  # ours_auto against the hindsight bound of its drafter
+    assert [r["id"] for r in oracle["per_question"]] == [c.question.id for c in cases]
+    assert all(r["oracle_speedup"] >= 1.0 and r["share"] > 0 for r in oracle["per_question"])
+    assert "Against its own bound" in latency_markdown(report)
     paths = latency_plots(report, tmp_path)
     assert [p.name for p in paths] == ["speedup.png", "tau_hist.png", "acceptance_by_position.png",
                                        "speedup_vs_copied.png"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_the_hindsight_schedule_drafts_what_is_accepted_where_it_pays():
+    from decoding.planning.policy import CostModel
+    from evals.oracle import accepted_lengths, hindsight_schedule
+
+    # a passage holds the answer's middle: the drafter proposes it once the answer reaches it
+    assert accepted_lengths([1, 2, 3, 4, 5, 6, 7], [[9, 3, 4, 5, 6]], [3, 4, 5, 6, 8], gamma_max=4) == [0, 3, 2, 1, 0]
+    linear = CostModel((10.0, 14, 18, 22, 26, 30, 34, 38, 42))
+    assert hindsight_schedule([0, 0, 3, 2, 1, 0, 0], linear) == (52.0, [0, 0, 3, 0])  # 4 passes for 7 tokens
+    assert hindsight_schedule([8, 7, 6, 5, 4, 3, 2, 1, 0], linear) == (42.0, [8])
+    steep = CostModel((10.0, 25, 40, 55))  # a 2-row pass costs 2.5 steps: drafting one token never pays
+    assert hindsight_schedule([1, 0, 1, 0], steep) == (40.0, [0, 0, 0, 0])
 
 
 def test_latency_with_the_loop_stop_counts_the_tokens_users_get(tiny_engine, tiny_cases, tiny_models):
