@@ -308,3 +308,24 @@ def test_a_real_alertmanager_notification_becomes_a_kept_past_incident_answer(sa
         assert posted and "DCachePoolReadOnly on dc-pool-07" in posted[0]["text"]
         assert "/v1/documents/" + quote(doc_ids[0], safe="") in posted[0]["text"]  # the citation as a link
         assert again["forwarded"] is True
+
+
+@pytest.mark.slow
+def test_a_scoped_keys_alert_answer_holds_only_its_documents(sample_service, tmp_path, restore_logging):
+    """The key that sends the notification scopes the answer: an ``ops`` key (ELOG and shift logs)
+    gets no ticket among the sources, the quotes or the answer, though the tickets hold this incident."""
+    (tmp_path / "keys.toml").write_text(KEYS_TOML)
+    settings = Settings(data_dir=tmp_path / "app", keys_file=tmp_path / "keys.toml", max_new_tokens=16,
+                        max_sources=3, _env_file=None)
+    service = CopilotService(settings, sample_service.store, sample_service.models.engine)
+    with TestClient(create_app(settings, service)) as client:
+        client.post("/v1/alerts/alertmanager", headers=OPS, json=notification(alert("00000000000000cc")))
+        client.post("/v1/alerts/alertmanager", headers=AM, json=notification(alert("00000000000000dd")))
+        scoped = wait_for(client, "00000000000000cc", OPS, timeout_s=180)
+        full = wait_for(client, "00000000000000dd", AM, timeout_s=180)
+    assert scoped["state"] == full["state"] == "answered", (scoped, full)
+    types = {s["doc_type"] for s in scoped["answer"]["sources"]}
+    assert types and types <= {"elog", "shiftlog"}, types
+    assert all(q["doc_id"].startswith(("logbooks/", "shiftlogs/")) for q in scoped["answer"]["quotes"])
+    assert "OPS-101" not in scoped["answer"]["answer"]
+    assert any(s["doc_type"] == "jira" for s in full["answer"]["sources"])  # the tickets are there for others
