@@ -117,9 +117,10 @@ class Settings(BaseSettings):
     max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=0, description="answer budget when a request names none "
                                 "(tokens)")
     max_new_tokens_cap: int = Field(1024, ge=1, description="requests asking for more get a 400")
-    max_prompt_tokens: int = Field(2048, ge=256, description="prompt budget (passages + history + question)")
+    max_prompt_tokens: int = Field(1792, ge=256, description="prompt budget (passages + history + question)")
     max_model_len: int | None = Field(None, ge=512, description="context window used (prompt + answer, tokens), "
-                                      "at most the target's own (default: the target's)")
+                                      "at most the target's own (default: the target's; on llama.cpp, which reserves "
+                                      "its KV cells up front, max_prompt_tokens + max_new_tokens)")
     max_question_chars: int = Field(4000, ge=1)
     min_support: float = Field(MIN_SUPPORT, ge=0.0, le=1.0, description="answer 'not found' when the best evidence "
                                "line's similarity to the question is below this (0 = only the named-entity rule)")
@@ -180,6 +181,15 @@ class Settings(BaseSettings):
                                                                "its sources: markdown (Mattermost) or slack")
     public_url: str | None = Field(None, pattern=r"^https?://\S+$", description="this server's URL as users reach "
                                    "it (the links of posted answers); default: the URL the caller used")
+
+    @property
+    def kv_window(self) -> int:
+        """llama.cpp's context window when ``max_model_len`` is unset: a default request's prompt
+        budget plus its answer budget (tokens). llama.cpp reserves these KV cells for every batch
+        place up front (28 KB a cell for the 1.5B): 0.57 GB at 2,048 × 10, against 0.86 GB at the
+        3,072 a 1,024-token answer would need. A request asking more answer tokens than the default
+        gets a smaller prompt budget (the window minus its answer budget)."""
+        return self.max_prompt_tokens + self.max_new_tokens
 
     @model_validator(mode="before")
     @classmethod

@@ -76,6 +76,21 @@ def test_loads_the_embedded_gguf_as_a_target(qwen):
     assert qwen.tokenizer.chat_template and qwen.max_positions == 3072 and qwen.packed
 
 
+def test_the_service_reserves_the_window_its_defaults_use(qwen_gguf_cache):
+    """Without max_model_len the KV cells reserved per sequence are the default request's prompt and
+    answer budgets (Settings.kv_window), not llama.cpp's 3,072; max_model_len still wins."""
+    from copilot.config import Settings
+    from decoding.backends.models import LoadOptions, load_target
+
+    settings = Settings(_env_file=None)
+    assert settings.kv_window == settings.max_prompt_tokens + settings.max_new_tokens == 2048
+    options = LoadOptions(backend="llama.cpp", cache_dir=qwen_gguf_cache, n_seq_max=1, kv_window=1024)
+    assert load_target(QWEN_CODER_05B.name, options).max_positions == 1024
+    options = LoadOptions(backend="llama.cpp", cache_dir=qwen_gguf_cache, n_seq_max=1, kv_window=1024,
+                          max_model_len=1536)
+    assert load_target(QWEN_CODER_05B.name, options).max_positions == 1536
+
+
 def test_its_plain_greedy_is_llama_cpps_own(qwen, references):
     for (prompt, _), want in zip(_prompts(qwen), references):
         assert library_greedy(qwen, prompt, 32) == want
