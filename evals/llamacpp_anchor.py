@@ -5,7 +5,10 @@ sgemm, evals/results/README.md): for the 1.5B's K-quants the same kernels as a s
 0.5B's Q5_0/Q8_0 prefill is slower than a stock build's.
 
 ``llamacpp_greedy`` is llama-cpp-python's high-level ``Llama.generate(temp=0)`` on the very
-GGUF our llama.cpp backend runs, with its threads; ``llamacpp_pld_N`` adds its prompt lookup
+GGUF our llama.cpp backend runs, with its threads, prefilling in our 64-token chunks (the
+same-chunk reference: its tokens are the backend's greedy ones); ``llamacpp_greedy_default``
+the same with ``Llama()``'s own batch (512 tokens a ``llama_decode``: what its users get, whose
+prefill may round differently); ``llamacpp_pld_N`` adds its prompt lookup
 (``LlamaPromptLookupDecoding(num_pred_tokens=N)``: drafts from the prompt, verified in one
 ``llama_decode``; it keeps the logits of every position, the prompt's included, which its
 TTFT pays for). Each mode keeps one ``Llama`` (memory-mapped: the weights' pages are
@@ -25,9 +28,9 @@ from typing import Any, Iterator
 
 from decoding.backends.llamacpp import LlamaCppModel
 
-LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_pld_2", "llamacpp_pld_10")
+LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_greedy_default", "llamacpp_pld_2", "llamacpp_pld_10")
 
-_ANCHORS: dict[tuple[str, int | None], Any] = {}
+_ANCHORS: dict[tuple[str, int | None, bool], Any] = {}
 
 
 @atexit.register
@@ -38,14 +41,15 @@ def _close_all() -> None:
     _ANCHORS.clear()
 
 
-def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int) -> Any:
+def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int, default_batch: bool = False) -> Any:
     """The ``llama_cpp.Llama`` over ``target``'s GGUF and threads (prompt lookup of
-    ``pld_tokens`` when given), made once per (file, lookup) with a context of at least ``n_ctx``
-    tokens (remade larger when a longer prompt comes)."""
+    ``pld_tokens`` when given; ``Llama()``'s own batch size with ``default_batch``, else our prefill
+    chunk), made once per (file, lookup, batch) with a context of at least ``n_ctx`` tokens (remade
+    larger when a longer prompt comes)."""
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    key = (str(target.gguf), pld_tokens)
+    key = (str(target.gguf), pld_tokens, default_batch)
     llm = _ANCHORS.get(key)
     if llm is None or llm.n_ctx() < n_ctx:
         draft = LlamaPromptLookupDecoding(num_pred_tokens=pld_tokens) if pld_tokens else None
@@ -54,9 +58,9 @@ def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int) -> Any:
             # ``logits_all`` alone (0.3.36): it must be asked for, or the first prefill overflows it.
             llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 2048), n_threads=target.options.n_threads,
                         n_threads_batch=target.options.n_threads, flash_attn=target.options.flash_attn,
-                        draft_model=draft,
-                        n_batch=target.prefill_chunk, n_ubatch=target.prefill_chunk,
-                        logits_all=draft is not None, verbose=False)
+                        draft_model=draft, logits_all=draft is not None, verbose=False,
+                        **({} if default_batch else {"n_batch": target.prefill_chunk,
+                                                     "n_ubatch": target.prefill_chunk}))
         _ANCHORS[key] = llm
     return llm
 
@@ -91,7 +95,7 @@ def generate_timed(target: LlamaCppModel, mode: str, prompt_ids: list[int], budg
                    ) -> tuple[list[int], list[float], int, float]:
     """Run one anchor mode: ``(ids up to EOS or budget, each id's arrival time (perf_counter s),
     target passes after the prefill, start time)``."""
-    llm = anchor(target, pld_tokens(mode), len(prompt_ids) + budget + 16)
+    llm = anchor(target, pld_tokens(mode), len(prompt_ids) + budget + 16, default_batch=mode.endswith("_default"))
     llm.reset()
     passes = 0
     evaluate = llm.eval
