@@ -137,11 +137,6 @@ class AlertReceiver:
             return
         await asyncio.to_thread(self.table.finish, alert.fingerprint, "answered", forwarded=True)
 
-    async def drain(self, timeout_s: float | None = None) -> None:
-        """Wait for the answers under way (at most ``timeout_s`` seconds; the evals and tests)."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
-
     async def close(self) -> None:
         """Cancel the answers under way (at shutdown); their rows stay ``answering`` until they
         are stale (:attr:`AlertTable.stale_s`), when the next notification answers them again."""
