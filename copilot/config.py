@@ -175,6 +175,8 @@ class Settings(BaseSettings):
                              "fingerprint; the oldest are deleted past it)")
     alerts_concurrency: int = Field(2, ge=1, le=64, description="alerts answered at once (the others wait; a burst "
                                     "of alerts never fills the generation queue operators' questions share)")
+    alerts_backlog: int = Field(64, ge=1, le=100_000, description="alert answers waiting or under way at most; "
+                                "firing alerts past it are deferred to their next notification")
     alerts_webhook_url: str | None = Field(None, pattern=r"^https?://\S+$", description="a chat incoming-webhook URL "
                                            "(Mattermost, Slack) each alert's answer is posted to as {\"text\": ...}")
     alerts_webhook_style: Literal["markdown", "slack"] = Field("markdown", description="how the posted answer links "

@@ -107,22 +107,27 @@ def test_the_chat_message_links_the_sources_in_the_channels_style():
 
 
 # -- the table ------------------------------------------------------------------------------------
-def test_the_table_keeps_one_answer_per_occurrence_and_is_bounded(tmp_path):
+def test_the_table_keeps_one_answer_per_occurrence_and_scope_and_is_bounded(tmp_path):
     table = AlertTable(SqliteDatabase(tmp_path), keep=3)
-    assert table.claim("a", "t1", None, {"alertname": "A"})
-    assert not table.claim("a", "t1", None, {})  # a repeat while answering
-    table.finish("a", "answered", answer={"answer": "x", "sources": [{"doc_id": "d#1"}]})
-    assert not table.claim("a", "t1", None, {})  # a repeat once answered
-    assert table.claim("a", "t2", None, {"alertname": "A"})  # fired again: a new occurrence
-    table.finish("a", "failed", error="boom")
-    assert table.claim("a", "t2", None, {"alertname": "A"})  # a failed answer is tried again
+    first = table.claim("", "a", "t1", None, {"alertname": "A"})
+    assert first and table.claim("", "a", "t1", None, {}) is None  # a repeat while answering
+    assert table.finish("", "a", first, "answered", answer={"answer": "x", "sources": [{"doc_id": "d#1"}]})
+    assert table.claim("", "a", "t1", None, {}) is None  # a repeat once answered
+    second = table.claim("", "a", "t2", None, {"alertname": "A"})  # fired again: a new occurrence
+    assert second and not table.finish("", "a", first, "answered", answer={})  # the old answer is void
+    table.finish("", "a", second, "failed", error="boom")
+    assert table.claim("", "a", "t2", None, {"alertname": "A"})  # a failed answer is tried again
+    other = table.claim("scope-x", "a", "t2", "ops", {"alertname": "A"})  # another scope: its own row
+    assert other and table.get("", "a").claim != other
+    assert not table.resolve("scope-y", "a", None) and table.get("", "a").record.get("status") != "resolved"
     for name in "bcde":
         time.sleep(0.01)
-        table.claim(name, "t1", None, {})
-    rows, total = table.page(0, 10)
-    assert total == 3 and [r.fingerprint for r in rows] == ["e", "d", "c"]
-    table.finish("e", "answered", answer={"sources": [{"doc_id": "gone#1"}]})
-    assert table.forget_document("gone#1") == 1 and table.get("e") is None
+        table.claim("", name, "t1", None, {})
+    rows, total = table.page(0, 10, "")
+    assert total == 3 and [r.fingerprint for r in rows] == ["e", "d", "c"]  # bounded per scope ...
+    assert table.page(0, 10, "scope-x")[1] == 1 and table.page(0, 10)[1] == 4  # ... the other scope's kept
+    table.finish("", "e", table.get("", "e").claim, "answered", answer={"sources": [{"doc_id": "gone#1"}]})
+    assert table.forget_document("gone#1") == 1 and table.get("", "e") is None
 
 
 # -- the route, no model --------------------------------------------------------------------------
@@ -177,10 +182,35 @@ def test_a_failed_answer_is_kept_with_its_reason_and_retried_by_the_next_notific
     wait_for(client, "0a1b2c3d4e5f6a7b", AM)
     resolved = client.post("/v1/alerts/alertmanager", headers=AM, json=notification(
         {**alert(status="resolved"), "endsAt": "2026-03-02T04:00:00Z"}, status="resolved")).json()
-    assert resolved == {"answering": [], "kept": [], "resolved": ["0a1b2c3d4e5f6a7b"]}
+    assert resolved == {"answering": [], "kept": [], "resolved": ["0a1b2c3d4e5f6a7b"], "deferred": []}
     shown = client.get("/v1/alerts/0a1b2c3d4e5f6a7b", headers=AM).json()
     assert shown["status"] == "resolved" and shown["ends_at"].startswith("2026-03-02T04:00")
     assert client.get("/healthz").status_code == 200
+
+
+def test_keys_of_other_scopes_neither_see_nor_touch_each_others_alerts(client):
+    """Alerts are kept per read scope: the ops key's notification of a fingerprint the full key sent
+    is its own row (answered for it, not 'kept'), and its 'resolved' does not resolve the other."""
+    client.post("/v1/alerts/alertmanager", json=notification(alert("00000000000000ee")), headers=AM)
+    wait_for(client, "00000000000000ee", AM)
+    mine = client.post("/v1/alerts/alertmanager", json=notification(alert("00000000000000ee")), headers=OPS).json()
+    assert mine["answering"] == ["00000000000000ee"]
+    wait_for(client, "00000000000000ee", OPS)
+    resolved = client.post("/v1/alerts/alertmanager", headers=OPS, json=notification(
+        alert("00000000000000ee", status="resolved"), status="resolved")).json()
+    assert resolved["resolved"] == ["00000000000000ee"]
+    assert client.get("/v1/alerts/00000000000000ee", headers=OPS).json()["status"] == "resolved"
+    assert client.get("/v1/alerts/00000000000000ee", headers=AM).json()["status"] == "firing"  # its own row
+
+
+def test_a_repeated_fingerprint_counts_once_and_a_blank_alert_is_not_asked(client):
+    twice = client.post("/v1/alerts/alertmanager", headers=AM, json=notification(
+        alert("00000000000000f1"), alert("00000000000000f1"))).json()
+    assert twice["answering"] == ["00000000000000f1"]
+    blank = {**alert("00000000000000f2", alertname=" \t", instance=""), "annotations": {}}
+    client.post("/v1/alerts/alertmanager", headers=AM, json=notification(blank))
+    kept = wait_for(client, "00000000000000f2", AM)
+    assert kept["state"] == "failed" and "names nothing to search" in kept["error"]
 
 
 def test_a_key_sees_the_alerts_it_sent(client):
@@ -188,7 +218,7 @@ def test_a_key_sees_the_alerts_it_sent(client):
     client.post("/v1/alerts/alertmanager", json=notification(alert("00000000000000bb")), headers=AM)
     wait_for(client, "00000000000000aa", OPS)
     wait_for(client, "00000000000000bb", AM)
-    assert [a["fingerprint"] for a in client.get("/v1/alerts", headers=OPS).json()["alerts"]] == ["00000000000000aa"]
+    assert "00000000000000bb" not in [a["fingerprint"] for a in client.get("/v1/alerts", headers=OPS).json()["alerts"]]
     assert client.get("/v1/alerts/00000000000000bb", headers=OPS).status_code == 404
     assert {a["fingerprint"] for a in client.get("/v1/alerts", headers=AM).json()["alerts"]} >= \
         {"00000000000000aa", "00000000000000bb"}  # a key that reads everything sees every alert

@@ -24,6 +24,9 @@ from copilot.search.literals import token_kind
 
 #: Labels naming the host an alert is about, in order of preference.
 HOST_LABELS = ("host", "hostname", "nodename", "node", "instance", "server", "exported_instance")
+#: The summary (or description) read (characters): the question stays under the service's limit
+#: however long the rule's description is.
+MAX_SUMMARY_CHARS = 1000
 #: Labels naming the service or job.
 SERVICE_LABELS = ("service", "job", "app", "component")
 #: Literal kinds of the summary that the records do not hold (metric and label names).
@@ -55,8 +58,8 @@ class Alert:
 
     @property
     def name(self) -> str:
-        """The alert's name (``alertname``; ``alert`` when unnamed)."""
-        return self.labels.get("alertname") or "alert"
+        """The alert's name (``alertname``; ``alert`` when unnamed or blank)."""
+        return self.labels.get("alertname", "").strip() or "alert"
 
 
 def short_host(value: str) -> str:
@@ -86,6 +89,11 @@ def alert_host(labels: Mapping[str, str]) -> str | None:
     return None
 
 
+def _first_label(labels: Mapping[str, str], names: tuple[str, ...]) -> str:
+    """The first of ``names`` with a value that is not blank (stripped), else ``""``."""
+    return next((labels[k].strip() for k in names if labels.get(k, "").strip()), "")
+
+
 def alert_words(name: str) -> str:
     """A rule's CamelCase name as words: ``CephOSDNearFull`` → ``Ceph OSD Near Full``."""
     return " ".join(_CAMEL.sub(" ", name.replace("_", " ")).split())
@@ -107,6 +115,12 @@ def _summary(text: str, host: str | None) -> str:
     return " ".join(kept).rstrip(" .:;")
 
 
+def searchable(alert: Alert) -> bool:
+    """Whether the alert names anything to search the records by: a name, a summary or a host."""
+    return bool(alert.labels.get("alertname", "").strip() or _first_label(alert.annotations, ("summary", "description"))
+                or alert_host(alert.labels))
+
+
 def alert_problem(alert: Alert) -> tuple[str, ...]:
     """The words of the problem an alert reports (its name's and its summary's, lower case),
     without the host, English stop words, numbers and the words every alert rule uses (``high``,
@@ -114,7 +128,7 @@ def alert_problem(alert: Alert) -> tuple[str, ...]:
     (:func:`copilot.answer.grounding.assess`), so that a record of the same host about another
     problem is not taken for one."""
     host = alert_host(alert.labels) or ""
-    summary = alert.annotations.get("summary") or alert.annotations.get("description") or ""
+    summary = _first_label(alert.annotations, ("summary", "description"))[:MAX_SUMMARY_CHARS]
     text = _summary(f"{alert_words(alert.name)} {summary}", host)
     skip = set(terms(host)) | _GENERIC
     words = [w for w in re.findall(r"[A-Za-z]{3,}", text) if w.lower() not in ENGLISH_STOP_WORDS]
@@ -128,12 +142,12 @@ def alert_question(alert: Alert) -> str:
     entries' error lines; on the 4 tuning alerts of ``evals/data/alerts_tuning/`` the fix's
     literal came in 2/2 asked this way, 1/2 the other)."""
     host = alert_host(alert.labels)
-    summary = alert.annotations.get("summary") or alert.annotations.get("description") or ""
+    summary = _first_label(alert.annotations, ("summary", "description"))[:MAX_SUMMARY_CHARS]
     words = alert_words(alert.name)
     what = _summary(summary, host) or words
     if what != words and any(w not in what.lower() for w in words.lower().split() if len(w) >= 3):
         what = f"{words}: {what}"  # the name adds words the summary lacks
-    service = next((alert.labels[k] for k in SERVICE_LABELS if alert.labels.get(k)), "")
+    service = _first_label(alert.labels, SERVICE_LABELS)
     if service and token_kind(service) not in _DROPPED_KINDS and service.lower() not in what.lower():
         what += f" ({service})"
     if host and host not in what:

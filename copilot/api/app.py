@@ -106,7 +106,7 @@ def create_app(settings: Settings | None = None, service: CopilotService | None 
         alert_table = await asyncio.to_thread(AlertTable, app.state.service.store.db, settings.alerts_keep)
         app.state.alerts = AlertReceiver(alert_table, lambda: QuestionQueue(app.state.service, app.state.scheduler,
                                                                             app_metrics), ask_fields, webhook,
-                                         settings.alerts_concurrency)
+                                         settings.alerts_concurrency, settings.alerts_backlog)
         app.state.source_watch = start_source_watch(settings, app.state.service.store, app_metrics.registry)
         log.info("OpsCopilot ready: model %s, store %s, replica %s", settings.target_model,
                  app.state.service.store.db.location, app.state.ingest_jobs.replica_id)

@@ -7,8 +7,9 @@ listed here and on the page; a chat webhook gets it too when ``alerts_webhook_ur
 The notification is answered 202 at once; the answers follow in the background.
 
 A key is needed whenever keys are configured (``public_reads`` does not open this route), and
-its scope is the answer's: only documents it may read are searched and shown. A key sees the
-alerts it sent; a key that may read everything sees all of them.
+its scope is the answer's: only documents it may read are searched and shown. Alerts are kept per
+read scope: a key sees, replaces and resolves only the alerts sent with keys of its own scope
+(whatever their names); a key that may read everything sees all of them.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ async def alertmanager(body: AlertmanagerWebhook, request: Request, alerts: Aler
                     settings.public_url or str(request.base_url), access.name)
     receipt = await alerts.receive([Alert(a.fingerprint, a.status, a.labels, a.annotations, a.startsAt.isoformat(),
                                           _iso(a.endsAt), a.generatorURL) for a in body.alerts], caller)
-    return AlertsAccepted(answering=receipt.answering, kept=receipt.kept, resolved=receipt.resolved)
+    return AlertsAccepted(answering=receipt.answering, kept=receipt.kept, resolved=receipt.resolved,
+                          deferred=receipt.deferred)
 
 
 def _out(row: AlertRow) -> AlertAnswerOut:
@@ -67,15 +69,17 @@ def _out(row: AlertRow) -> AlertAnswerOut:
 async def list_alerts(alerts: AlertsDep, access: ReadAccess,
                       offset: int = Query(0, ge=0, le=2**63 - 1), limit: int = Query(50, ge=1, le=1000)
                       ) -> AlertAnswerPage:
-    """The kept alerts and their answers, newest first (a key sees those it sent, unless it may read everything)."""
-    rows, total = await asyncio.to_thread(alerts.table.page, offset, limit, access.name, access.reads_all)
+    """The kept alerts and their answers, newest first: those sent with keys of the caller's read
+    scope (a key that may read everything sees all)."""
+    scope = None if access.reads_all else access.partition
+    rows, total = await asyncio.to_thread(alerts.table.page, offset, limit, scope)
     return AlertAnswerPage(total=total, offset=offset, limit=limit, alerts=[_out(r) for r in rows])
 
 
 @router.get("/{fingerprint}", response_model=AlertAnswerOut, responses=error_responses(401, 403, 404))
 async def get_alert(fingerprint: Text, alerts: AlertsDep, access: ReadAccess) -> AlertAnswerOut:
-    """One kept alert and its answer (404 if unknown, or sent by another key)."""
-    row = await asyncio.to_thread(alerts.table.get, fingerprint)
-    if row is None or not (access.reads_all or row.submitted_by == access.name):
+    """One kept alert and its answer (404 if unknown, or sent with a key of another read scope)."""
+    row = await asyncio.to_thread(alerts.table.find, fingerprint, None if access.reads_all else access.partition)
+    if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no alert with fingerprint {fingerprint!r}")
     return _out(row)

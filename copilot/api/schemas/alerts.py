@@ -62,6 +62,8 @@ class AlertsAccepted(BaseModel):
     answering: list[str] = Field(description="fingerprints of firing alerts whose past incidents are being looked up")
     kept: list[str] = Field(description="fingerprints already answered (a repeat notification: not recomputed)")
     resolved: list[str] = Field(description="fingerprints marked resolved")
+    deferred: list[str] = Field(default_factory=list, description="firing alerts not taken now: the backlog of "
+                                "answers is full (the next notification of them brings them again)")
 
 
 class AlertAnswerOut(BaseModel):
@@ -84,7 +86,8 @@ class AlertAnswerOut(BaseModel):
     answer_s: float | None = Field(None, description="seconds the answer took, the wait in the queue included")
     error: str | None = None
     forwarded: bool | None = Field(None, description="posted to the chat webhook (null: no webhook configured)")
-    submitted_by: str | None = Field(None, description="the name of the key that sent the notification")
+    submitted_by: str | None = Field(None, description="the name of the key that sent the notification (alerts are "
+                                     "kept per read scope: keys of one scope share them)")
 
 
 class AlertAnswerPage(BaseModel):
