@@ -85,6 +85,8 @@ class IngestOptions:
         supersede_under: a stored document of the same source name from another file under this
             folder is replaced, not refused (the API's uploads: a newer upload replaces the older).
         may_write: a file with a document (new, or stored and replaced) it refuses is ``failed``.
+        confine_to: a file whose real path (symlinks followed) lies outside this folder is
+            ``skipped``, never read (a server-side path followed under the ingest root).
     """
 
     loader_config: LoaderConfig = field(default_factory=LoaderConfig)
@@ -92,6 +94,7 @@ class IngestOptions:
     prune_under: Path | None = None
     supersede_under: Path | None = None
     may_write: Callable[[Mapping[str, Any]], bool] | None = None
+    confine_to: Path | None = None
 
 
 @contextlib.contextmanager
@@ -134,6 +137,7 @@ class _Run:
         self.config = options.loader_config
         self.batch_chunks = options.batch_chunks
         self.prune_under = options.prune_under
+        self.confine_to = None if options.confine_to is None else Path(os.path.realpath(options.confine_to))
         supersede_under = options.supersede_under
         self.supersede_under = Path(os.path.abspath(supersede_under)) if supersede_under is not None else None
         #: realpath of each file read this run -> its source, so a symlink to it is reported as the same file
@@ -205,6 +209,9 @@ class _Run:
     def read(self, path: Path, entry: FileReport) -> bytes | None:
         """The file's bytes, or None with ``entry`` ``skipped`` (same file, not a regular one) or ``failed``."""
         target = os.path.realpath(path)
+        if self.confine_to is not None and not Path(target).is_relative_to(self.confine_to):
+            entry.status, entry.reason = "skipped", f"a symlink that leads outside {self.confine_to}"
+            return None
         if self.targets.get(target, entry.source) != entry.source:
             entry.status, entry.reason = "skipped", f"the same file as {self.targets[target]} (symlink)"
             return None

@@ -75,6 +75,8 @@ class WatchOptions:
         lock_retry_s: seconds before a cycle refused by the store's ingest lock is tried again.
         error_retry_s: seconds before a cycle that met a store error is tried again.
         progress: rich progress bar (True), log lines (False), or a bar when stderr is a terminal (None).
+        confine_to: files whose real path (symlinks followed) lies outside this folder are skipped,
+            never read (the server's ingest root; None: no bound, as ``copilot ingest``).
     """
 
     prune: bool = False
@@ -86,6 +88,7 @@ class WatchOptions:
     lock_retry_s: float = 2.0
     error_retry_s: float = 10.0
     progress: bool | None = False
+    confine_to: Path | None = None
 
 
 PathKind = Literal["folder", "file", "missing", "unreadable"]
@@ -117,6 +120,17 @@ def path_state(path: Path) -> PathState:
     if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
         return PathState("unreadable", reason="permission denied")
     return PathState("folder" if folder else "file", (st.st_dev, st.st_ino))
+
+
+def _maybe_unmounted(old: PathState, new: PathState, path: Path) -> bool:
+    """Whether a watched path that came back, or was replaced, may be a share's empty mount point: it
+    is on another device than before, or an empty folder. Its whole ingest then prunes nothing."""
+    moved = old.ident is not None and new.ident is not None and old.ident[0] != new.ident[0]
+    try:
+        empty = new.kind == "folder" and not any(os.scandir(path))
+    except OSError:
+        empty = False
+    return moved or empty
 
 
 def merge_reports(reports: Sequence[IngestReport]) -> IngestReport:
@@ -212,6 +226,7 @@ class _Pending:
     targets: dict[Path, set[Path]] = field(default_factory=dict)
     whole: set[Path] = field(default_factory=set)
     deleted: dict[Path, int] = field(default_factory=dict)
+    unpruned: set[Path] = field(default_factory=set)  # taken whole without prune (a new mount, an empty folder)
     first_at: float | None = None
     last_at: float | None = None
 
@@ -225,6 +240,7 @@ class _Pending:
     def drop(self, root: Path) -> None:
         self.targets.pop(root, None)
         self.whole.discard(root)
+        self.unpruned.discard(root)
         self.deleted.pop(root, None)
         if not self.roots():
             self.first_at = self.last_at = None
@@ -339,6 +355,11 @@ class SourceWatcher:
             else:
                 log.info("watch: %s %s: ingesting it", path, "is back" if not old.available else "was replaced")
                 self._queue_whole(path, now)
+                if self.options.prune and _maybe_unmounted(old, new, path):
+                    log.warning("watch: %s is now %s: its documents are kept (a share unmounted is not a "
+                                "deletion); prune resumes with the next change under it", path,
+                                "an empty folder" if new.kind == "folder" else "on another device")
+                    self._pending.unpruned.add(path)
             with self._lock:
                 self._states[path] = new
         return dict(self._states)
@@ -511,9 +532,11 @@ class SourceWatcher:
             log.info("watch: %d deletion(s) under %s: their documents are kept (prune is off)", deleted, root)
         if not targets and not (deleted and prune):
             return None
+        prune = prune and root not in pending.unpruned
         return ingest_paths(targets, self.store, prune=prune, progress=self.options.progress,
                             on_progress=self._check_stop, root=self.root,
-                            options=IngestOptions(prune_under=root if prune else None))
+                            options=IngestOptions(prune_under=root if prune else None,
+                                                  confine_to=self.options.confine_to))
 
     def _check_stop(self, progress: IngestProgress) -> None:
         """``on_progress`` of a cycle's ingest: a stop asked for ends the run here (the pipeline keeps

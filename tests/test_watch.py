@@ -176,6 +176,23 @@ def test_a_watched_folder_removed_and_recreated_is_a_warning_and_followed_again(
     assert {"260112a.log#1", "260112a.log#2"} <= stored(data)  # no prune: the vanished file's documents stay
 
 
+def test_with_prune_a_folder_that_comes_back_empty_keeps_its_documents(logbook, tmp_path, caplog):
+    """An unmounted share leaves its mount point: an empty folder (or one on another device). That is
+    not a deletion: the whole ingest that follows prunes nothing; later deletions in it are pruned."""
+    data = tmp_path / "data"
+    with caplog.at_level(logging.INFO, logger="ingestion.watch"), cli_watch([logbook], data, replace(FAST, prune=True)):
+        wait_for("the first ingest", lambda: {"260112a.log#1", "260112a.log#2"} <= stored(data))
+        logbook.rename(tmp_path / "elsewhere")  # the share's files go away with it, none deleted ...
+        logbook.mkdir()  # ... and an empty folder is left in its place, as an unmount leaves its mount point
+        wait_for("the warning", lambda: any("not a deletion" in r.getMessage() for r in caplog.records))
+        time.sleep(FAST.debounce_s + 3 * FAST.check_every_s)
+        assert {"260112a.log#1", "260112a.log#2"} <= stored(data)
+        (logbook / "260115a.log").write_text(elog_entry(11, "Share back", "Remounted."), encoding="utf-8")
+        wait_for("a new file in it", lambda: "260115a.log#11" in stored(data))
+        (logbook / "260115a.log").unlink()
+        wait_for("a later deletion to be pruned", lambda: "260115a.log#11" not in stored(data))
+
+
 def test_polling_follows_changes(logbook, tmp_path):
     data = tmp_path / "data"
     options = replace(FAST, poll=True, poll_interval_s=0.2)
@@ -298,6 +315,12 @@ def test_the_server_answers_from_an_appended_entry_without_a_restart(tmp_path, r
                                                                "logs/260112a.log#2"))
         print(f"\nserver: an entry appended to a followed ELOG file was answerable through /v1/search "
               f"{seconds:.2f} s after the write (goal: <= 30 s)")
+        secret = tmp_path / "secret.env"  # outside the ingest root: a symlink to it is never read
+        secret.write_text("COPILOT_API_KEYS=topsecret-qqz91\n", encoding="utf-8")
+        (root / "logs" / "secret.txt").symlink_to(secret)
+        append(day, elog_entry(3, "after the symlink", "Cycle marker yyq77."))
+        wait_for("the next cycle", lambda: found(client, "cycle marker yyq77", "logs/260112a.log#3"))
+        assert not found(client, "COPILOT_API_KEYS topsecret-qqz91", "logs/secret.txt#secret.txt")
         metrics = client.get("/metrics").text
     store.close()
     assert seconds <= 30

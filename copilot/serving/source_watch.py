@@ -5,8 +5,9 @@ stopped with it.
 The paths must lie under ``COPILOT_INGEST_ROOT`` (the bound of every server-side ingest path,
 :mod:`copilot.api.ingest_paths`): :func:`check_watch_paths` refuses others when the settings load,
 so the server does not start. Sources are named relative to the ingest root, so adding a path to
-the setting later renames nothing already stored. Cycles take the store's ingest lock like any
-ingest (an API job or a ``copilot ingest`` holding it is waited out).
+the setting later renames nothing already stored. A file that is a symlink leading outside the
+ingest root is skipped, never read, as ``POST /v1/ingest`` refuses it. Cycles take the store's
+ingest lock like any ingest (an API job or a ``copilot ingest`` holding it is waited out).
 
 What an admin sees: a log line per cycle (``watch cycle N: succeeded, files {...}``) and warnings for
 paths that disappear, and the ``copilot_watch_*`` series on ``GET /metrics`` (:class:`WatchCollector`).
@@ -166,14 +167,14 @@ def start_source_watch(settings: WatchSettings, store: ChunkStore,
     """
     if not settings.watch_paths or settings.ingest_root is None:
         return None
+    root = Path(settings.ingest_root).resolve()
     options = WatchOptions(prune=settings.watch_prune, poll=settings.watch_poll, debounce_s=settings.watch_debounce_s,
-                           poll_interval_s=settings.watch_poll_interval_s)
+                           poll_interval_s=settings.watch_poll_interval_s, confine_to=root)
 
     def logged(cycle: WatchCycle) -> None:
         for entry in cycle.report.files if cycle.report is not None else []:
-            if entry.status == "failed":
-                log.warning("watch: %s failed: %s", entry.source, entry.reason)
+            if entry.status in ("failed", "skipped"):
+                log.warning("watch: %s %s: %s", entry.source, entry.status, entry.reason)
 
-    watcher = SourceWatcher(settings.watch_paths, store, options, root=Path(settings.ingest_root).resolve(),
-                            on_cycle=logged)
+    watcher = SourceWatcher(settings.watch_paths, store, options, root=root, on_cycle=logged)
     return ServerWatch(watcher, registry).start()
