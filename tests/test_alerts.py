@@ -104,6 +104,9 @@ def test_the_chat_message_links_the_sources_in_the_channels_style():
     assert f"[1] [dc-pool-07 back]({url})" in markdown and "DCachePoolReadOnly on dc-pool-07" in markdown
     assert "⚠ Destructive" in markdown and "`rm -rf /pool`" in markdown
     assert f"<{url}|dc-pool-07 back>" in ChatWebhook("http://hook", "slack").message(fired, answer, lambda d: url)
+    sneaky = Alert("f", "firing", {"alertname": "@channel [urgent: click](http://phish.example/login)"}, {}, "t")
+    head = ChatWebhook("http://hook").message(sneaky, answer, lambda d: url).splitlines()[0]
+    assert "@channel" not in head and "](" not in head and "urgent: click" in head
 
 
 # -- the table ------------------------------------------------------------------------------------

@@ -139,8 +139,9 @@ def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(light_server
     assert unknown.is_error and "unknown argument(s) ['query']" in unknown.content[0].text
     missing = call(url, ADMIN, "ask", {})
     assert missing.is_error and "question" in missing.content[0].text
-    typed = call(url, ADMIN, "search", {"question": QUESTION, "max_sources": "many"})
-    assert typed.is_error
+    for bad in ("many", "3", 0, -1, 101):  # as /v1/search takes it: a JSON integer 1..100
+        assert call(url, ADMIN, "search", {"question": QUESTION, "max_sources": bad}).is_error, bad
+    assert httpx.get(url + "/mcp", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 405  # stateless
     empty = call(url, ADMIN, "search", {"question": " "})
     assert empty.is_error
     no_model = call(url, ADMIN, "ask", {"question": QUESTION})

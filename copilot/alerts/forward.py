@@ -24,6 +24,15 @@ def document_url(base_url: str, doc_id: str) -> str:
     return f"{base_url.rstrip('/')}/v1/documents/{quote(doc_id, safe='')}"
 
 
+_MARKUP = str.maketrans({c: " " for c in "[]()<>|*_~`"})
+
+
+def _plain(text: str) -> str:
+    """A label's value as plain text in the channel: no link, emphasis or mention markup (an alert's
+    labels are whoever wrote the rule's, not the channel's: ``@channel`` would page everyone)."""
+    return " ".join(text.translate(_MARKUP).replace("@", "@\u200b").split())
+
+
 @dataclass(frozen=True)
 class ChatWebhook:
     """A chat channel's incoming webhook.
@@ -48,7 +57,8 @@ class ChatWebhook:
         fired where, the answer, its sources as links, "no earlier occurrence" when the records
         hold none, and the destructive commands never to run as written."""
         where = alert_host(alert.labels)
-        head = f"🔔 {alert.name}" + (f" on {where}" if where else "") + f" (firing since {alert.starts_at})"
+        head = f"🔔 {_plain(alert.name)}" + (f" on {_plain(where)}" if where else "") + \
+            f" (firing since {_plain(alert.starts_at)})"
         lines = [head]
         if answer.get("not_found"):
             lines.append("No earlier occurrence found in the records.")

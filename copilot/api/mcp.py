@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Request
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Field
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,6 +34,7 @@ from copilot.access import FULL_ACCESS, Access, KeyRing
 from copilot.api.dependencies import app_keyring, caller_access
 from copilot.api.errors import error_body
 from copilot.api.schemas.ask import AskRequest, AskResponse
+from copilot.api.schemas.common import Int
 from copilot.api.schemas.documents import DocumentDetail
 from copilot.api.schemas.search import SearchResponse
 from copilot.api.schemas.sources import SourceOut
@@ -42,6 +45,9 @@ from copilot.serving import use_cases
 from copilot.serving.question_job import QuestionQueue
 
 log = logging.getLogger(__name__)
+
+#: ``max_sources`` as ``/v1/search`` and ``/v1/ask`` take it: a JSON integer 1..100, or unset.
+MaxSources = Annotated[Int, Field(ge=1, le=100)] | None
 
 #: What the server tells a client about itself (shown to the model that calls the tools).
 INSTRUCTIONS = ("OpsCopilot answers questions about a computing-operations team's logbooks (ELOG, shift logs, "
@@ -109,7 +115,7 @@ def build_mcp(app: FastAPI) -> CopilotMcp:
     server = CopilotMcp("opscopilot", title="OpsCopilot", instructions=INSTRUCTIONS, version="0.1.0")
 
     @server.tool()
-    async def search(question: str, ctx: Context[Any, Any], max_sources: int | None = None,
+    async def search(question: str, ctx: Context[Any, Any], max_sources: MaxSources = None,
                      filters: Filters | None = None) -> SearchResponse:
         """The best logbook entries and tickets for a question (hybrid dense + BM25 retrieval, one
         entry per document), each with the lines that best answer it. No model call: fast. Filters:
@@ -125,8 +131,8 @@ def build_mcp(app: FastAPI) -> CopilotMcp:
                               retrieval_ms=round((time.perf_counter() - started) * 1000, 2))
 
     @server.tool()
-    async def ask(question: str, ctx: Context[Any, Any], max_sources: int | None = None,
-                  filters: Filters | None = None, max_new_tokens: int | None = None) -> AskResponse:
+    async def ask(question: str, ctx: Context[Any, Any], max_sources: MaxSources = None,
+                  filters: Filters | None = None, max_new_tokens: Int | None = None) -> AskResponse:
         """Answer a question from the logbooks and tickets, citing sources as [n]. The answer's
         literals (commands, paths, hosts, values) are checked against the sources: `quotes` says
         where each was found, `unverified` lists those found in none; `not_found` is true when the
@@ -165,6 +171,10 @@ class McpGate:
         self.inner = inner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] != "POST":  # stateless: no stream to open, no session
+            body = error_body("the MCP endpoint takes POST (streamable HTTP, stateless)", 405)
+            await JSONResponse(body, 405, headers={"Allow": "POST"})(scope, receive, send)
+            return
         if scope["type"] == "http":
             settings: Settings = self.app.state.settings
             try:
@@ -177,12 +187,17 @@ class McpGate:
 
 
 def mount_mcp(app: FastAPI, settings: Settings) -> CopilotMcp:
-    """Serve the MCP server at ``/mcp`` (streamable HTTP, stateless, JSON responses) behind
-    :class:`McpGate`; run ``server.session_manager.run()`` in the app's lifespan. DNS-rebinding
-    protection (the ``Host`` header) is on when the server binds a loopback address."""
+    """Serve the MCP server at ``/mcp`` (streamable HTTP, stateless, JSON responses: a GET or DELETE
+    is a 405) behind :class:`McpGate`; run ``server.session_manager.run()`` in the app's lifespan.
+    DNS-rebinding protection is on when the server binds a loopback address: the ``Host`` header must
+    then name a loopback address (with or without a port)."""
     server = build_mcp(app)
+    loopback = settings.host in ("127.0.0.1", "localhost", "::1")
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=[
+        f"{h}{port}" for h in ("127.0.0.1", "localhost", "[::1]") for port in ("", ":*")],
+        allowed_origins=[f"http://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")]) if loopback else None
     sub = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True,
-                                     host=settings.host)
+                                     host=settings.host, transport_security=security)
     for route in sub.routes:
         if isinstance(route, Route):
             app.router.routes.append(Route(route.path, McpGate(app, route.app), methods=route.methods,
