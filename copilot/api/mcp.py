@@ -11,8 +11,8 @@ same models: ``ask`` gives what ``POST /v1/ask`` gives for the same question, ``
 Keys and scopes are those of every route: over HTTP the ``Authorization: Bearer`` header is
 checked before MCP sees the request (401 / 403 in the API's error format, as ``/v1/ask``); a
 scoped key's tools search, answer from and read only its documents, and a document outside its
-scope is "not found", as an unknown one. Over stdio the key is given at start (``copilot mcp
---api-key``). Spec: https://modelcontextprotocol.io/specification (tools, streamable HTTP).
+scope is "not found", as an unknown one. Over stdio the key is given at start (``copilot mcp``,
+``COPILOT_MCP_API_KEY`` or ``--api-key``). Spec: https://modelcontextprotocol.io/specification (tools, streamable HTTP).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ INSTRUCTIONS = ("OpsCopilot answers questions about a computing-operations team'
 
 class CopilotMcp(MCPServer):
     """:class:`~mcp.server.mcpserver.MCPServer` that refuses arguments a tool does not take: the
-    SDK drops them silently, and a client sending ``question`` as ``query`` would get an answer to
-    an empty question instead of being told."""
+    SDK drops them silently, so a client sending ``filter`` for ``filters`` would get an answer from
+    every document instead of being told."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> Any:
@@ -119,7 +119,8 @@ def build_mcp(app: FastAPI) -> CopilotMcp:
                      filters: Filters | None = None) -> SearchResponse:
         """The best logbook entries and tickets for a question (hybrid dense + BM25 retrieval, one
         entry per document), each with the lines that best answer it. No model call: fast. Filters:
-        doc_types (elog, jira, ggus, shiftlog, postmortem, ...), source, ticket_key, since, until."""
+        doc_types (elog, shiftlog, postmortem, jira, csv_ticket, jsonl, text), source, ticket_key, since,
+        until."""
         access = tool_access(app, ctx)
         started = time.perf_counter()
         try:
