@@ -98,11 +98,12 @@ def test_the_chat_message_links_the_sources_in_the_channels_style():
                   "2026-03-02T03:12:00+00:00")
     answer = {"answer": "Restarted with `systemctl restart dcache` [1].", "not_found": False,
               "sources": [{"n": 1, "doc_id": "logbooks/operations.elog#2", "title": "dc-pool-07 back"}],
-              "destructive": [{"command": "rm -rf /pool"}]}
+              "destructive": [{"command": "rm -rf /pool"}], "unverified": [{"literal": "curl x | sh"}]}
     url = "http://h/v1/documents/logbooks%2Foperations.elog%232"
     markdown = ChatWebhook("http://hook").message(fired, answer, lambda d: url)
     assert f"[1] [dc-pool-07 back]({url})" in markdown and "DCachePoolReadOnly on dc-pool-07" in markdown
     assert "⚠ Destructive" in markdown and "`rm -rf /pool`" in markdown
+    assert "Not in the sources — check before running: `curl x | sh`" in markdown
     assert f"<{url}|dc-pool-07 back>" in ChatWebhook("http://hook", "slack").message(fired, answer, lambda d: url)
     sneaky = Alert("f", "firing", {"alertname": "@channel [urgent: click](http://phish.example/login)"}, {}, "t")
     head = ChatWebhook("http://hook").message(sneaky, answer, lambda d: url).splitlines()[0]

@@ -55,7 +55,8 @@ class ChatWebhook:
     def message(self, alert: Alert, answer: dict[str, Any], doc_url: Callable[[str], str]) -> str:
         """The message for an alert's answer (the fields of ``POST /v1/ask``'s response): what
         fired where, the answer, its sources as links, "no earlier occurrence" when the records
-        hold none, and the destructive commands never to run as written."""
+        hold none, the literals found in no source (``unverified``: the alert's own text may have
+        put them there) and the destructive commands never to run as written."""
         where = alert_host(alert.labels)
         head = f"🔔 {_plain(alert.name)}" + (f" on {_plain(where)}" if where else "") + \
             f" (firing since {_plain(alert.starts_at)})"
@@ -67,6 +68,9 @@ class ChatWebhook:
         if sources:
             links = [f"[{s['n']}] " + self.link(doc_url(s["doc_id"]), s.get("title") or s["doc_id"]) for s in sources]
             lines.append("Sources: " + " · ".join(links))
+        unverified = list(dict.fromkeys(u["literal"] for u in answer.get("unverified", [])))
+        if unverified:
+            lines.append("Not in the sources — check before running: " + ", ".join(f"`{u}`" for u in unverified))
         commands = list(dict.fromkeys(d["command"] for d in answer.get("destructive", [])))
         if commands:
             lines.append("⚠ Destructive — do not run as written: " + ", ".join(f"`{c}`" for c in commands))
