@@ -91,6 +91,25 @@ def test_the_service_reserves_the_window_its_defaults_use(qwen_gguf_cache):
     assert load_target(QWEN_CODER_05B.name, options).max_positions == 1536
 
 
+def test_the_reserved_window_changes_no_logit(qwen_gguf_cache):
+    """The service reserves a smaller KV window than llama.cpp's default (Settings.kv_window): a
+    prefill and multi-row passes over two sequences give bitwise the same logits at either size."""
+    from decoding.backends.models import LoadOptions, load_target
+
+    logits = {}
+    for window in (1024, 2048):
+        model = load_target(QWEN_CODER_05B.name, LoadOptions(backend="llama.cpp", cache_dir=qwen_gguf_cache,
+                                                             n_seq_max=2, kv_window=window))
+        ids = model.tokenizer("dc-pool-07 went read-only after a disk failure. " * 40,
+                              add_special_tokens=False)["input_ids"][:700]
+        a, b = model.new_cache(800), model.new_cache(800)
+        out = [model.prefill(ids, a), model.prefill(ids[:300], b)]
+        out += model.forward([([11, 12, 13, 14], a), ([7, 8], b)])
+        logits[window] = out
+        model.close()
+    assert all(torch.equal(x, y) for x, y in zip(logits[1024], logits[2048]))
+
+
 def test_its_plain_greedy_is_llama_cpps_own(qwen, references):
     for (prompt, _), want in zip(_prompts(qwen), references):
         assert library_greedy(qwen, prompt, 32) == want

@@ -5,7 +5,7 @@ Run from the repository root (or anywhere)::
 
     .venv/bin/python evals/data/alerts/validate.py
 
-Standard library only. Every line of ``alerts.jsonl`` is checked:
+Standard library and ``evals/set_checks.py`` only. Every line of ``alerts.jsonl`` is checked:
 
 - exactly the keys ``id, payload, history, fix_span, source, note``; ids unique and ``aNN``;
 - ``payload`` is an Alertmanager webhook body, version "4": ``version, groupKey, truncatedAlerts,
@@ -46,6 +46,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 CORPUS = HERE.parent / "corpus"
 ALERTS = HERE / "alerts.jsonl"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from evals.set_checks import read_jsonl  # noqa: E402
 
 ROW_KEYS = {"id", "payload", "history", "fix_span", "source", "note"}
 PAYLOAD_TYPES = {
@@ -320,23 +324,7 @@ def main() -> int:
     seen_ids: set[str] = set()
     fingerprints: dict[str, str] = {}
     n_rows = n_history = n_none = n_real = 0
-    if not ALERTS.is_file():
-        errors.append(f"{ALERTS.name}: missing")
-        lines: list[str] = []
-    else:
-        lines = ALERTS.read_text(encoding="utf-8").splitlines()
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"alerts.jsonl:{lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            errors.append(f"{where}: invalid JSON ({exc.msg})")
-            continue
-        if not isinstance(row, dict):
-            errors.append(f"{where}: not a JSON object")
-            continue
+    for lineno, row in read_jsonl(ALERTS, errors):
         n_rows += 1
         where = f"alerts.jsonl:{lineno} ({row.get('id', '?')})"
         if set(row) != ROW_KEYS:
