@@ -26,7 +26,7 @@ from copilot.access import KeyRing, KeysFile, load_keys_file
 from copilot.answer.grounding import MIN_SUPPORT
 from decoding.backends.embedded import QWEN_CODER_05B, QWEN_CODER_15B
 from decoding.backends.models import resolve_device
-from decoding.config import DEFAULT_CONFIG, DEFAULT_MAX_NEW_TOKENS
+from decoding.config import DEFAULT_CONFIG, DEFAULT_MAX_NEW_TOKENS, NUM_SPECULATIVE_TOKENS_RANGE
 from decoding.core import DEFAULT_ENGINE_CONFIG
 from decoding.drafters.base import DraftingMode
 from ingestion.stores.database import mask_url
@@ -87,7 +87,8 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = Field(
         "auto", description="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
     drafting: DraftingMode = DEFAULT_CONFIG.speculation.drafting
-    num_speculative_tokens: int = Field(DEFAULT_CONFIG.speculation.num_speculative_tokens, ge=1, le=32)
+    num_speculative_tokens: int = Field(DEFAULT_CONFIG.speculation.num_speculative_tokens,
+                                        ge=NUM_SPECULATIVE_TOKENS_RANGE[0], le=NUM_SPECULATIVE_TOKENS_RANGE[1])
     max_ngram: int = Field(DEFAULT_ENGINE_CONFIG.max_ngram, ge=1, le=16)
     min_ngram: int = Field(DEFAULT_ENGINE_CONFIG.min_ngram, ge=1, le=16)
     answer_history: int = Field(DEFAULT_ENGINE_CONFIG.answer_history, ge=0, le=512,

@@ -45,7 +45,7 @@ def load_engine(settings: Settings) -> Engine:
                        max_model_len=settings.max_model_len, kv_window=settings.kv_window)
     config = EngineConfig(max_ngram=settings.max_ngram, min_ngram=settings.min_ngram,
                           answer_history=settings.answer_history,
-                          max_speculative_tokens=settings.num_speculative_tokens,
+                          num_speculative_tokens=settings.num_speculative_tokens,
                           prefix_cache_entries=settings.prefix_cache)
     return build_engine(settings.target_model, settings.draft_model or "", load, config)
 

@@ -32,7 +32,7 @@ from copilot.search.searcher import Searcher
 from copilot.search.sources import Source
 from copilot.serving.remote_target import RemoteEngine
 from decoding import Budget, DraftingMode, GenerationConfig, Sampling, Speculation, SpeculativeEngine
-from decoding.config import DEFAULT_CONFIG, GenerationSettingError
+from decoding.config import DEFAULT_CONFIG, GenerationSettingError, SpeculationMode
 from decoding.engine import GenerationResult
 from decoding.stats import GenerationStats
 from ingestion.documents import SearchFilter
@@ -121,7 +121,8 @@ class CopilotService:
         budget = Budget(max_new_tokens=max_new_tokens, stop_strings=params.stop_strings,
                         loop_span=_given(params.loop_span, s.loop_span if s.loop_stop else 0))
         mode = _given(params.speculation, default.speculation.mode)
-        speculation = Speculation(mode=mode, drafting=DraftingMode.NGRAM if mode == "fixed" else s.drafting,
+        drafting = DraftingMode.NGRAM if mode == SpeculationMode.FIXED else s.drafting
+        speculation = Speculation(mode=mode, drafting=drafting,
                                   num_speculative_tokens=_given(params.num_speculative_tokens,
                                                                 s.num_speculative_tokens),
                                   history_partition=history_partition)

@@ -16,10 +16,10 @@ from decoding.backends.quiet import quiet_torchao
 with quiet_torchao():
     import transformers.modeling_utils  # noqa: E402,F401
 
-from decoding.config import Budget, GenerationConfig, Sampling, Speculation  # noqa: E402
+from decoding.config import Budget, GenerationConfig, Sampling, Speculation, SpeculationMode  # noqa: E402
 from decoding.drafters.base import Draft, Drafter, DraftingMode, DraftRequest, Offer  # noqa: E402
 from decoding.engine import SpeculativeEngine  # noqa: E402
 from decoding.request import GenerationResult  # noqa: E402
 
 __all__ = ["Budget", "Draft", "Drafter", "DraftingMode", "DraftRequest", "GenerationConfig", "GenerationResult",
-           "Offer", "Sampling", "SpeculativeEngine", "Speculation"]
+           "Offer", "Sampling", "SpeculativeEngine", "Speculation", "SpeculationMode"]

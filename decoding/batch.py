@@ -5,8 +5,9 @@ A :class:`Batch` holds running requests of one engine (:class:`~decoding.request
 runs; while others decode it is prefilled one chunk per round (chunked prefill on the target's fixed
 boundaries, :attr:`~decoding.backends.target.Target.prefill_chunk`), so the admitted streams keep
 getting tokens while a newcomer prefills, and what is left of it once they end goes in at once.
-:meth:`Batch.step` runs one round for all: each request plans (alone: its own policy, exactly as
-today; in a batch: γ per request from the batch's cost, :mod:`decoding.planning.batch_policy`) and drafts, one
+:meth:`Batch.step` runs one round for all: plan → propose → verify → commit. Each request plans
+(:mod:`decoding.planning.round`; alone: its own policy; in a batch: γ per request from the batch's
+cost, :mod:`decoding.planning.batch_policy`) and drafts, one
 target pass verifies every request's draft (:meth:`Target.forward <decoding.backends.target.Target.forward>`: each
 request attends to its own KV cache), and each commits through its own stop checker. A
 finished or cancelled request leaves at the round boundary; the others never notice
@@ -28,9 +29,10 @@ from decoding.config import DEFAULT_CONFIG, GenerationConfig
 from decoding.core import EngineCore
 from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.logits import LogitsSettings
-from decoding.planning.batch_policy import BatchSpeculation, allocate
+from decoding.planning.batch_policy import BatchSpeculation
 from decoding.planning.policy import Decision
-from decoding.request import RequestState, StreamEvent, chains, check_cancel, fixed_plan, gamma_max, plan_alone
+from decoding.planning.round import plan_round
+from decoding.request import RequestState, StreamEvent, check_cancel, round_request
 from decoding.stats import Stopwatch
 
 
@@ -109,9 +111,10 @@ class Batch:
                 if first is not None:
                     events.append((newcomer, first))
             if running:
-                self._propose(running, self._plan(running))
-                for state, logits in zip(running, self._verify(running), strict=True):
-                    events.append((state, state.commit(logits, len(running))))
+                plans = self._plan(running)
+                self._propose(running, plans)
+                logits = self._verify(running)
+                events += [(s, s.commit(rows, len(running))) for s, rows in zip(running, logits, strict=True)]
             events += [(s, s.finish()) for s in self.active if s.done]
             self.active = [s for s in self.active if not s.done]
         return events
@@ -125,44 +128,11 @@ class Batch:
 
     # -- one round ----------------------------------------------------------------------------
     def _plan(self, running: list[RequestState]) -> list[Decision]:
-        """Each request's plan: a fixed-γ request drafts its γ; a ``"table"`` request the
-        table's γ for this batch size; an ``"adaptive"`` one its own policy's choice when it is
-        alone, else γ from :func:`allocate` over the batch's adaptive requests."""
-        n, spec = len(running), self.speculation
-        plans: dict[int, Decision] = {}
-        for i, s in enumerate(running):
-            if s.config.speculation.mode == "fixed":
-                plans[i] = fixed_plan(s, gamma_max(s))
-            elif s.config.speculation.mode == "table":
-                plans[i] = fixed_plan(s, min(spec.table_gamma(n), gamma_max(s)))
-            elif n == 1:
-                plans[i] = plan_alone(s)
-        adaptive = [i for i in range(n) if i not in plans]
-        if adaptive:
-            other_rows = sum(p.gamma + 1 for p in plans.values())
-            allocated = self._allocate([running[i] for i in adaptive], other_rows, running)
-            plans.update(zip(adaptive, allocated, strict=True))
-        return [plans[i] for i in range(n)]
-
-    def _allocate(self, adaptive: list[RequestState], other_rows: int, running: list[RequestState]) -> list[Decision]:
-        """Plans for the adaptive requests of a batch (:func:`allocate`), each with its reason."""
-        spec = self.speculation
-        curves = [s.policy.curve(chains(s, gamma_max(s)), gamma_max(s)) for s in adaptive]
-        context = sum(s.context_tokens for s in running)
-        costs = self.core.pass_costs.cost_model(context, spec.max_rows + other_rows + len(adaptive))  # once a round
-        allocation = allocate([{g: (e, ms) for g, (e, ms, _) in c.items()} for c in curves],
-                              lambda rows: costs.verify(rows + other_rows),
-                              max(spec.max_rows - other_rows, len(adaptive)), spec.max_slowdown)
-        words = (f"batch of {len(running)}: {allocation.rows + other_rows} rows, expected "
-                 f"{allocation.round_ms:.0f} ms and {allocation.goodput * 1000:.1f} tokens/s for the batch")
-        plans = []
-        for curve, gamma in zip(curves, allocation.gammas, strict=True):
-            if gamma == 0:
-                plans.append(Decision((), f"{words}; drafting would not raise it"))
-            else:
-                e, _, plan = curve[gamma]
-                plans.append(Decision(plan.segments, f"{words}; γ={gamma}, {e:.2f} tokens expected"))
-        return plans
+        """Each request's plan (:func:`~decoding.planning.round.plan_round`), target passes priced by
+        the core's online pass costs."""
+        core = self.core
+        return plan_round([round_request(s) for s in running], self.speculation, core.pass_costs.cost_model,
+                          len(core.costs.verify_ms))
 
     @staticmethod
     def _propose(running: list[RequestState], plans: list[Decision]) -> None:

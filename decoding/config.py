@@ -6,7 +6,8 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from enum import Enum
+from typing import Any
 
 from decoding.drafters.base import DraftingMode
 
@@ -25,14 +26,47 @@ class GenerationSettingError(ValueError):
         self.field = field
 
 
-#: How a request speculates (the output is the same in every mode; only its speed differs):
-#: ``adaptive`` (alone: the cost-aware policy; in a batch: γ per request from the batch's cost,
-#: :mod:`decoding.planning.batch_policy`), ``off`` (one token per target pass), ``fixed`` (every
-#: round drafts ``num_speculative_tokens`` with the one drafter ``drafting`` names, bypassing the
-#: policy), ``table`` (vLLM-style: γ looked up by batch size in the engine's
-#: ``BatchSpeculation.table``, at every size). The web API's ``speculation`` takes the same values.
-SpeculationMode = Literal["adaptive", "off", "fixed", "table"]
-SPECULATION_MODES: tuple[str, ...] = get_args(SpeculationMode)
+class SpeculationMode(str, Enum):
+    """How a request speculates (the output is the same in every mode; only its speed differs).
+
+    ``ADAPTIVE`` (alone: the cost-aware policy; in a batch: γ per request from the batch's cost,
+    :mod:`decoding.planning.batch_policy`), ``OFF`` (one token per target pass), ``FIXED`` (every
+    round drafts ``num_speculative_tokens`` with the one drafter ``drafting`` names, bypassing the
+    policy, as gpt-fast's ``speculate_k``), ``TABLE`` (vLLM-style: γ looked up by batch size in the
+    engine's ``BatchSpeculation.table``, at every size). How each plans: :mod:`decoding.planning.round`.
+    A ``str`` enum: ``"fixed"`` and ``SpeculationMode.FIXED`` compare equal and serialise alike, so
+    settings, the CLI and the web API's ``speculation`` take the same strings.
+    """
+
+    ADAPTIVE = "adaptive"
+    OFF = "off"
+    FIXED = "fixed"
+    TABLE = "table"
+
+    def __str__(self) -> str:
+        """The value (``"fixed"``), as in f-strings, logs and CLI output."""
+        return self.value
+
+
+#: The range of ``num_speculative_tokens`` (γ ceiling per round), the one bound that the request
+#: (:class:`Speculation`), the engine (:class:`~decoding.core.EngineConfig`), the settings and the
+#: web API all check against.
+NUM_SPECULATIVE_TOKENS_RANGE = (1, 32)
+
+
+def check_num_speculative_tokens(value: object) -> int:
+    """``value`` as a γ ceiling (tokens drafted per round at most).
+
+    Raises:
+        TypeError: not an int (a bool is none).
+        ValueError: outside :data:`NUM_SPECULATIVE_TOKENS_RANGE`.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"num_speculative_tokens must be an int, got {value!r}")
+    low, high = NUM_SPECULATIVE_TOKENS_RANGE
+    if not low <= int(value) <= high:
+        raise ValueError(f"num_speculative_tokens must be in [{low}, {high}], got {value}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -202,35 +236,36 @@ class Speculation:
         TypeError / ValueError: on construction, for a field of the wrong type or range.
 
     Attributes:
-        mode: a :data:`SpeculationMode`. ``"off"`` implies ``drafting`` ``OFF`` (normalized).
+        mode: a :class:`SpeculationMode` (a plain string such as ``"fixed"`` is converted);
+            ``"off"`` implies ``drafting`` ``OFF`` (normalized).
         drafting: a :class:`DraftingMode` (a plain string such as ``"ngram"`` is converted):
             which drafters the mode may use: ``AUTO`` (all the engine's), ``NGRAM``,
             ``DRAFT_MODEL``, or ``OFF`` (none: plain one-token-per-pass decoding in our loop).
             Mode ``"fixed"`` needs one drafter (``NGRAM`` or ``DRAFT_MODEL``).
-        num_speculative_tokens: γ ceiling per round; the policy may choose fewer.
+        num_speculative_tokens: γ ceiling per round, in :data:`NUM_SPECULATIVE_TOKENS_RANGE`; the
+            policy may choose fewer.
         history_partition: the part of the engine's answer history this request drafts from
             and adds its answer to (:class:`decoding.drafters.ngram.AnswerHistory`): requests of
             one access scope share one; ``""`` (the default) is the shared one.
     """
 
-    mode: SpeculationMode = "adaptive"
+    mode: SpeculationMode = SpeculationMode.ADAPTIVE
     drafting: DraftingMode = DraftingMode.AUTO
     num_speculative_tokens: int = 16
     history_partition: str = ""
 
     def __post_init__(self) -> None:
-        if self.mode not in SPECULATION_MODES:
-            raise ValueError(f"mode must be {'|'.join(SPECULATION_MODES)}, got {self.mode!r}")
+        if self.mode not in tuple(SpeculationMode):
+            raise ValueError(f"mode must be {'|'.join(m.value for m in SpeculationMode)}, got {self.mode!r}")
+        object.__setattr__(self, "mode", SpeculationMode(self.mode))
         if self.drafting not in tuple(DraftingMode):
             raise ValueError(f"drafting must be {'|'.join(m.value for m in DraftingMode)}, got {self.drafting!r}")
-        object.__setattr__(self, "drafting", DraftingMode.OFF if self.mode == "off" else DraftingMode(self.drafting))
+        object.__setattr__(self, "drafting",
+                           DraftingMode.OFF if self.mode is SpeculationMode.OFF else DraftingMode(self.drafting))
         if not isinstance(self.history_partition, str):
             raise TypeError(f"history_partition must be a string, got {self.history_partition!r}")
-        if not _is_int(self.num_speculative_tokens):
-            raise TypeError(f"num_speculative_tokens must be an int, got {self.num_speculative_tokens!r}")
-        if self.num_speculative_tokens < 1:
-            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
-        if self.mode == "fixed" and not self.drafting.single:
+        check_num_speculative_tokens(self.num_speculative_tokens)
+        if self.mode is SpeculationMode.FIXED and not self.drafting.single:
             raise ValueError(f"mode 'fixed' needs drafting 'ngram' or 'draft_model', got {self.drafting!r}")
 
 

@@ -21,7 +21,7 @@ import torch
 
 from decoding.backends.models import LoadedModel
 from decoding.backends.target import Target
-from decoding.config import GenerationConfig
+from decoding.config import GenerationConfig, check_num_speculative_tokens
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.ngram import STATE_PRIORS, AnswerHistory, NGramDrafter
@@ -45,7 +45,9 @@ class EngineConfig:
 
     Attributes:
         max_ngram, min_ngram: n-gram drafter match lengths (tokens).
-        max_speculative_tokens: the largest γ calibrated for.
+        num_speculative_tokens: the largest γ the pass costs are calibrated for (a request's own
+            ``Speculation.num_speculative_tokens`` may exceed it: the costs then extrapolate);
+            checked as every γ ceiling is (:func:`~decoding.config.check_num_speculative_tokens`).
         draft_min_confidence: the draft model stops below this top probability.
         answer_history: recent answers the n-gram drafter also drafts from (0 = none).
         draft_agreement: the draft model's top-1 agreement with the target in [0, 1], the
@@ -63,7 +65,7 @@ class EngineConfig:
 
     max_ngram: int = 4
     min_ngram: int = 1
-    max_speculative_tokens: int = 16
+    num_speculative_tokens: int = 16
     draft_min_confidence: float = 0.2
     answer_history: int = 32
     draft_agreement: float | None = None
@@ -71,6 +73,10 @@ class EngineConfig:
     learn_costs: bool | None = None
     prefix_cache_entries: int = 2
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self) -> None:
+        """Raises TypeError / ValueError: ``num_speculative_tokens`` is no γ ceiling."""
+        check_num_speculative_tokens(self.num_speculative_tokens)
 
 
 #: The engine's defaults.
@@ -128,7 +134,7 @@ class EngineCore:
         self.history = AnswerHistory(config.max_ngram, config.min_ngram, config.answer_history)
         self.prefix_cache = PrefixCache(target, config.prefix_cache_entries)
         self.typical_answer_tokens = 64.0
-        self.costs = costs or calibrate(target, draft, config.max_speculative_tokens + 1)
+        self.costs = costs or calibrate(target, draft, config.num_speculative_tokens + 1)
         self.pass_costs = OnlineCosts(self.costs.verify_ms)  # what real passes cost, learned as they run
         self.learn_costs = costs is None if config.learn_costs is None else config.learn_costs
         self.threads = torch.get_num_threads()  # every round runs on these intra-op threads (see Batch)

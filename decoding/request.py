@@ -3,7 +3,8 @@
 A request lives through :meth:`~RequestState.begin` (take a KV cache), then
 :meth:`~RequestState.prefill_chunk` until it returns its first event (prefill the target, take
 its first token, start its own drafters: all at once into an idle batch, a chunk per round
-while others decode), then rounds of a plan (:func:`plan_alone`, or the batch's) →
+while others decode), then rounds of a plan (:mod:`decoding.planning.round`, over
+:func:`round_request`) →
 :meth:`~RequestState.propose` (the planned drafters propose) → a target pass over
 :attr:`~RequestState.pass_tokens` (alone or packed with other requests' rows) →
 :meth:`~RequestState.commit` (verify, crop its KV cache, commit through its stop checker),
@@ -28,10 +29,11 @@ from decoding.backends.target import KVCache
 from decoding.config import GenerationConfig
 from decoding.core import EngineCore
 from decoding.detokenize import IncrementalDetokenizer
-from decoding.drafters.base import Draft, Drafter, DraftingMode, DraftRequest, Offer, join_drafts
+from decoding.drafters.base import Draft, Drafter, DraftingMode, DraftRequest, join_drafts
 from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.logits import LogitsSettings, effective_settings
 from decoding.planning.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, Segment, draft_prefill_pays
+from decoding.planning.round import RoundRequest, gamma_ceiling
 from decoding.sampling import TokenSelector
 from decoding.stats import GenerationStats, RequestClock
 from decoding.stopping import StopChecker
@@ -71,24 +73,6 @@ class StreamEvent:
     delta: str
     token_ids: list[int] = field(default_factory=list)
     result: GenerationResult | None = None
-
-
-def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[Offer]]:
-    """The plans the policy weighs this round: every free offer (``step_ms`` 0, a lookup:
-    the n-gram drafter's match) alone, and each one that runs out before ``gamma_max``
-    followed by each other drafter's offer to extend it (a copied span the draft model
-    continues); a costly drafter's offer alone (the draft model) only when no free offer
-    has anything (a generated span). So the n-gram drafter drafts where a match exists, the
-    draft model where none does, and the policy picks γ (or plain decoding) by their
-    measured acceptance."""
-    offers = [d.offer(gamma_max) for d in drafters]
-    free = any(o.max_tokens > 0 and o.step_ms == 0 for o in offers)
-    chains = [[o] for o in offers if o.max_tokens > 0 and (o.step_ms == 0 or not free)]
-    for d, o in zip(drafters, offers, strict=True):
-        if 0 < o.max_tokens < gamma_max and o.step_ms == 0:
-            span = d.propose(o.max_tokens).tokens
-            chains += [[o, e.offer(gamma_max - len(span), span)] for e in drafters if e is not d]
-    return chains
 
 
 def draft_segments(segments: Sequence[Segment], drafters: dict[str, Drafter], stats: GenerationStats) -> list[Draft]:
@@ -369,38 +353,15 @@ class RequestState:
         return pays
 
 
-# -- a request's plan for a round and its cancellation (what a batch asks of each request) ----------
-def gamma_max(state: RequestState) -> int:
-    """Most tokens this round may draft: the request's γ, its remaining budget, the context window."""
-    seq_len = len(state.prompt) + len(state.stop.output)
-    return max(0, min(state.config.speculation.num_speculative_tokens, state.stop.remaining - 1,
-                      state.core.target.max_positions - seq_len))
-
-
-def chains(state: RequestState, room: int) -> list[list[Offer]]:
-    """This round's candidate plans of up to ``room`` tokens (:func:`candidate_chains` over the
-    request's drafters)."""
-    return candidate_chains(state.drafters, room) if room > 0 and state.drafters else []
-
-
-def plan_alone(state: RequestState) -> Decision:
-    """The plan of a request decoding alone: plain without room or drafters; with
-    speculation mode ``fixed`` its one drafter drafts γ; else its policy's choice over
-    :func:`candidate_chains`, priced by the pass costs at its context."""
-    room = gamma_max(state)
-    if room <= 0 or not state.drafters:
-        return PLAIN
-    if state.config.speculation.mode == "fixed":
-        return fixed_plan(state, room)
-    state.policy.costs = state.core.cost_model(state.context_tokens)
-    return state.policy.choose(chains(state, room), room)
-
-
-def fixed_plan(state: RequestState, gamma: int) -> Decision:
-    """``gamma`` tokens from the request's first drafter, bypassing the policy (fixed γ)."""
-    if gamma <= 0 or not state.drafters:
-        return PLAIN
-    return state.policy.fixed(state.drafters[0].offer(gamma), gamma)
+# -- what a batch asks of each request between rounds ------------------------------------------------
+def round_request(state: RequestState) -> RoundRequest:
+    """What this round's plan reads of a running request (:mod:`decoding.planning.round`): its
+    mode, its γ ceiling (:func:`~decoding.planning.round.gamma_ceiling` over its
+    ``num_speculative_tokens``, remaining budget and the context window), its drafters and policy."""
+    speculation = state.config.speculation
+    context_room = state.core.target.max_positions - (len(state.prompt) + len(state.stop.output))
+    room = gamma_ceiling(speculation.num_speculative_tokens, state.stop.remaining, context_room)
+    return RoundRequest(speculation.mode, room, state.drafters, state.policy, state.context_tokens)
 
 
 def check_cancel(state: RequestState) -> None:

@@ -393,19 +393,19 @@ def oracle_summary(engine: SpeculativeEngine, cases: list[Case], runs: dict[str,
     the engine's measured pass costs at the prompt's length) and ``ours_auto``'s measured decode
     speedup as a share of it. The measured speedup is over ``ours_off`` (our loop's one-token steps,
     what the bound prices) when it was timed, else over ``baseline``."""
-    gamma_max = len(engine.core.costs.verify_ms) - 1
+    num_speculative_tokens = len(engine.core.costs.verify_ms) - 1  # the γ ceiling its costs are calibrated for
     plain = "ours_off" if "ours_off" in runs else baseline
     rows = []
     for case, row in zip(cases, per_question):
         greedy = runs[baseline][case.question.id][0].tokens
         b = bound(case.prompt_ids, case.context_ids, greedy, engine.core.cost_model(len(case.prompt_ids)),
-                  gamma_max, engine.core.history)
+                  num_speculative_tokens, engine.core.history)
         ours = row["modes"]["ours_auto"]["speedup"] / row["modes"][plain]["speedup"]
         rows.append({"id": case.question.id, "tokens": b.tokens, "oracle_speedup": round(b.speedup, 3),
                      "oracle_drafted": b.drafted, "ours_auto_speedup": round(ours, 3),
                      "share": round(ours / b.speedup, 3)})
     med = statistics.median
-    return {"over": plain, "gamma_max": gamma_max, "per_question": rows,
+    return {"over": plain, "gamma_max": num_speculative_tokens, "per_question": rows,
             "oracle_speedup_median": round(med(r["oracle_speedup"] for r in rows), 3),
             "ours_auto_share_median": round(med(r["share"] for r in rows), 3),
             "ours_auto_share_min": round(min(r["share"] for r in rows), 3)}

@@ -3,7 +3,8 @@
 On a CPU a verification pass over k rows costs more than one one-token step (2-3.5 steps at 8
 rows on 2 cores), so how much drafting can gain depends on the drafts and on the pass costs.
 The bound: replay the greedy answer, ask the n-gram drafter at every position what it would
-propose (γ up to the engine's ceiling, from the same passages, prompt and answer history), and
+propose (γ up to the engine's ceiling clipped by the budget left, as a round is:
+:func:`decoding.planning.round.gamma_ceiling`; from the same passages, prompt and answer history), and
 read off how many of those tokens greedy decoding would accept. A schedule that knows this in
 hindsight drafts exactly the accepted tokens where that pays, and nothing elsewhere; its cost
 is the cheapest sequence of passes that commits the answer (dynamic programming over positions),
@@ -22,14 +23,16 @@ from typing import Sequence
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.ngram import AnswerHistory, NGramDrafter
 from decoding.planning.policy import CostModel
+from decoding.planning.round import gamma_ceiling
 
 
 def accepted_lengths(prompt_ids: Sequence[int], contexts: Sequence[Sequence[int]], output: Sequence[int],
-                     gamma_max: int, history: AnswerHistory | None = None, max_ngram: int = 4,
+                     num_speculative_tokens: int, history: AnswerHistory | None = None, max_ngram: int = 4,
                      min_ngram: int = 1) -> list[int]:
     """At each output position i (after ``output[:i]`` is committed): how many tokens of the n-gram
-    drafter's proposal (up to ``gamma_max``) greedy decoding accepts: the common prefix of the
-    proposal and ``output[i:]``, at most ``len(output) - i - 1`` (the last token is a pass's own).
+    drafter's proposal greedy decoding accepts: the common prefix of the proposal and ``output[i:]``.
+    The proposal is at most the round's γ ceiling (:func:`~decoding.planning.round.gamma_ceiling`:
+    ``num_speculative_tokens``, and ``len(output) - i - 1``, the last token being a pass's own).
 
     Args:
         prompt_ids: the prompt's token ids.
@@ -41,7 +44,7 @@ def accepted_lengths(prompt_ids: Sequence[int], contexts: Sequence[Sequence[int]
     drafter.begin(DraftRequest(list(prompt_ids), [list(c) for c in contexts]))
     accepted = []
     for i in range(len(output)):
-        proposal = drafter.propose(min(gamma_max, len(output) - i - 1)).tokens
+        proposal = drafter.propose(gamma_ceiling(num_speculative_tokens, len(output) - i)).tokens
         a = 0
         while a < len(proposal) and proposal[a] == output[i + a]:
             a += 1
@@ -92,8 +95,9 @@ class Bound:
 
 
 def bound(prompt_ids: Sequence[int], contexts: Sequence[Sequence[int]], output: Sequence[int], costs: CostModel,
-          gamma_max: int, history: AnswerHistory | None = None) -> Bound:
-    """The hindsight bound of one answer (see the module docstring)."""
-    accepted = accepted_lengths(prompt_ids, contexts, output, gamma_max, history)
+          num_speculative_tokens: int, history: AnswerHistory | None = None) -> Bound:
+    """The hindsight bound of one answer (see the module docstring); ``num_speculative_tokens``: the
+    engine's γ ceiling."""
+    accepted = accepted_lengths(prompt_ids, contexts, output, num_speculative_tokens, history)
     oracle, gammas = hindsight_schedule(accepted, costs)
     return Bound(len(output), len(output) * costs.verify(1), oracle, sum(gammas))

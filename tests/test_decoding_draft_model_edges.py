@@ -160,7 +160,7 @@ def test_draft_model_with_a_shorter_context_window(tiny_models, small, monkeypat
 
     monkeypatch.setattr(draft.model, "forward", recording_forward)
     engine = SpeculativeEngine(small, draft,
-                               config=EngineConfig(max_speculative_tokens=4))  # calibrates with the draft too
+                               config=EngineConfig(num_speculative_tokens=4))  # calibrates with the draft too
     prompt = prompt_of(small)
     seen.clear()
     config = GenerationConfig(budget=Budget(max_new_tokens=50, eos_token_ids=()),
@@ -249,7 +249,7 @@ def test_on_cuda(tiny_models, dtype):
     target = load_model(str(tiny_models.path("small")), device="cuda", dtype=dtype)
     draft = load_model(str(tiny_models.path("small_trunc")), device="cuda", dtype=dtype)
     engine = SpeculativeEngine(target, draft,
-                               config=EngineConfig(max_speculative_tokens=4, draft_min_confidence=0.0))  # calibrates
+                               config=EngineConfig(num_speculative_tokens=4, draft_min_confidence=0.0))  # calibrates
     prompt = prompt_of(target)
     with torch.inference_mode():
         ref = target.model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=30, do_sample=False,

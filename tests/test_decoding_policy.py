@@ -308,7 +308,7 @@ def test_plain_decoding_when_speculation_never_pays(tiny_models):
 def test_calibration_at_load(tiny_models):
     """Without ``costs`` the engine measures them; the policy then works on those numbers."""
     small = tiny_models.load("small")
-    engine = SpeculativeEngine(small, tiny_models.load("small_trunc"), config=EngineConfig(max_speculative_tokens=3))
+    engine = SpeculativeEngine(small, tiny_models.load("small_trunc"), config=EngineConfig(num_speculative_tokens=3))
     costs = engine.core.costs
     assert len(costs.verify_ms) == 4 and all(c > 0 for c in costs.verify_ms)
     assert list(costs.verify_ms) == sorted(costs.verify_ms)

@@ -59,7 +59,7 @@ def test_every_mode_equals_generate_on_the_qwen_target(qwen):
     with torch.inference_mode():
         ref = qwen.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False,
                                   pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
-    engine = SpeculativeEngine(qwen, config=EngineConfig(max_speculative_tokens=4))
+    engine = SpeculativeEngine(qwen, config=EngineConfig(num_speculative_tokens=4))
     contexts = [tok(CONTEXT, add_special_tokens=False)["input_ids"]]
     eos = set(qwen.eos_token_ids())
     for mode in ("off", "ngram", "auto"):

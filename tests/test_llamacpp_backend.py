@@ -41,7 +41,7 @@ def qwen(qwen_gguf_cache):
 
 @pytest.fixture(scope="module")
 def qwen_engine(qwen):
-    return SpeculativeEngine(qwen, config=EngineConfig(max_speculative_tokens=8))
+    return SpeculativeEngine(qwen, config=EngineConfig(num_speculative_tokens=8))
 
 
 @pytest.fixture(scope="module")
@@ -408,7 +408,7 @@ def test_a_prompt_sharing_whole_prefill_chunks_reuses_them_and_stays_exact(qwen_
 def test_parked_prompts_give_their_sequences_to_new_requests(qwen, qwen_engine, references):
     """Parked KV caches hold sequence slots only while nobody else needs them: a request that
     finds the pool empty evicts the least recently used one, or takes the one it reuses."""
-    engine = SpeculativeEngine(qwen, config=EngineConfig(max_speculative_tokens=8, prefix_cache_entries=6),
+    engine = SpeculativeEngine(qwen, config=EngineConfig(num_speculative_tokens=8, prefix_cache_entries=6),
                                costs=qwen_engine.core.costs)
     prompts = _prompts(qwen)
     config = GenerationConfig(budget=Budget(max_new_tokens=4))

@@ -15,9 +15,9 @@ from pydantic import AllowInfNan, BaseModel, Field, Strict
 
 from copilot.answer.question import GenerationParams
 from copilot.search.filters import Text
-from decoding.config import SpeculationMode
+from decoding.config import NUM_SPECULATIVE_TOKENS_RANGE, SpeculationMode
 
-#: A request's ``speculation`` (:data:`decoding.config.SpeculationMode`: the engine's
+#: A request's ``speculation`` (:class:`decoding.config.SpeculationMode`: the engine's
 #: ``Speculation.mode``, the same values); the output is the same in every mode, only its speed differs.
 SPECULATION_HELP = ("adaptive (default): the cost-aware policy alone, γ from the batch's cost when sharing passes; "
                     "off: no drafting; fixed: the n-gram drafter drafts num_speculative_tokens every round; "
@@ -55,7 +55,8 @@ class GenerationKnobs(BaseModel):
     suppress_tokens: list[Annotated[Int, Field(ge=0)]] | None = Field(None, max_length=4096,
                                                                       description="token ids never generated")
     speculation: SpeculationMode | None = Field(None, description=SPECULATION_HELP)
-    num_speculative_tokens: Int | None = Field(None, ge=1, le=16,
+    num_speculative_tokens: Int | None = Field(None, ge=NUM_SPECULATIVE_TOKENS_RANGE[0],
+                                               le=NUM_SPECULATIVE_TOKENS_RANGE[1],
                                                description="γ ceiling per round (default: settings)")
 
     def knobs(self, max_new_tokens: int | None, top_k: int | None = None,
