@@ -17,12 +17,11 @@ import threading
 from copilot.config import Settings
 from copilot.serving.remote_target import RemoteEngine, remote_engine
 from decoding.backends.models import LoadOptions
-from decoding.build import build_engine
+from decoding.build import attach_when_ready, build_engine, draft_model_plan, lean_draft_loader
 from decoding.core import EngineConfig
 from decoding.drafters.derived import LEAN_DRAFT
 from decoding.drafters.lean import LeanDraftLoader
 from decoding.drafters.ngram import AnswerHistory
-from decoding.drafters.plan import attach_when_ready, draft_model_plan, lean_draft_loader
 from decoding.engine import SpeculativeEngine
 
 log = logging.getLogger(__name__)
@@ -87,7 +86,7 @@ class ModelHost:
         return f"{loader.reason} (attaching)" if attaching else loader.reason
 
     def start_auto_draft(self) -> None:
-        """Build and calibrate ``derived:int4`` (:func:`~decoding.drafters.plan.lean_draft_loader`)
+        """Build and calibrate ``derived:int4`` (:func:`~decoding.build.lean_draft_loader`)
         and attach it to the engine with its measured step cost and agreement (the policy's
         prior for it). ``draft_model = "auto"`` on CPU: on a background thread while the
         engine serves with n-gram drafting, attached only when its calibration pays (else the

@@ -115,7 +115,7 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
     """The engine for replaying saved cases: the target named in the cases file (``meta``
     from :func:`load_cases`) on ``device``/``dtype``, with no store.
 
-    The draft model is set up as the service sets it up (:mod:`decoding.drafters.plan`):
+    The draft model is set up as the service sets it up (:mod:`decoding.build`):
     ``derived:int4`` (or what ``auto`` plans on CPU) is built and calibrated and attached
     with its measured step cost and agreement (the policy's prior); ``auto`` attaches it
     only when the calibration pays. Other specs are loaded as models.
@@ -128,8 +128,7 @@ def replay_setup(meta: dict, *, device: str = "auto", dtype: str = "auto", draft
         decoding.backends.models.ModelLoadError: the target or draft cannot be loaded.
     """
     from decoding.backends.models import LoadOptions
-    from decoding.build import build_engine
-    from decoding.drafters.plan import attach_when_ready, lean_draft_loader
+    from decoding.build import attach_when_ready, build_engine, lean_draft_loader
 
     name = meta["target_model"]
     spec = (draft_model if draft_model is not None else meta.get("draft_model")) or ""

@@ -10,8 +10,8 @@ from copilot.config import Settings
 from copilot.service import CopilotService
 from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
 from decoding.backends.embedded import QWEN_CODER_05B, QWEN_CODER_15B
+from decoding.build import auto_draft_plan, draft_model_plan, lean_draft_loader, load_draft
 from decoding.drafters.derived import AUTO_DRAFT, LEAN_DRAFT
-from decoding.drafters.plan import auto_draft_plan, draft_model_plan, lean_draft_loader, load_draft
 from decoding.planning.policy import CostModel
 
 COSTS = CostModel(verify_ms=(10.0, 10.5, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0))

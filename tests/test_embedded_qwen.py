@@ -32,7 +32,7 @@ def test_the_default_target_on_cpu_is_the_15b_on_llamacpp_else_the_05b():
     import importlib.util
 
     from copilot.config import Settings
-    from decoding.drafters.plan import draft_model_plan
+    from decoding.build import draft_model_plan
 
     llama = importlib.util.find_spec("llama_cpp") is not None and not QWEN_CODER_15B.missing_parts()
     auto = Settings(_env_file=None, target_model="auto", device="cpu", backend="auto").target_model

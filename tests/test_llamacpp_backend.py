@@ -257,7 +257,7 @@ def test_a_missing_gguf_is_a_load_error(tmp_path):
 
 
 def test_derived_drafts_need_a_torch_target(qwen):
-    from decoding.drafters.plan import draft_model_plan, load_draft
+    from decoding.build import draft_model_plan, load_draft
 
     with pytest.raises(ValueError, match="derived from a torch target"):
         load_draft("derived:int8", qwen, target_model=qwen.name, device="cpu", dtype="auto", cache_dir=".")

@@ -514,7 +514,7 @@ def show_config() -> None:
 
     from decoding.backends.cpu import cpu_report
     from decoding.backends.models import resolve_backend
-    from decoding.drafters.plan import draft_model_plan
+    from decoding.build import draft_model_plan
 
     settings = load_settings()
     try:

@@ -19,7 +19,7 @@ Three derivations, all with the target's tokenizer (so the vocabulary check pass
 
 Measured on the 2-core CPU (see ``copilot eval latency``): ``derived:layers:N`` and
 ``derived:int8`` are not cheaper enough than the fp32 target to pay. The default
-draft-model setting is :data:`AUTO_DRAFT` (:mod:`decoding.drafters.plan`): on a CPU the
+draft-model setting is :data:`AUTO_DRAFT` (:mod:`decoding.build`): on a CPU the
 ``derived:int4`` draft is built in the background and kept only when its calibration pays;
 without a draft model the policy decodes plainly when the n-gram drafter has nothing.
 """
@@ -37,7 +37,7 @@ from decoding.backends.quiet import quiet_torchao
 
 DERIVED_PREFIX = "derived:"
 #: The draft-model setting that plans the draft model from the target and the device
-#: (:func:`decoding.drafters.plan.auto_draft_plan`).
+#: (:func:`decoding.build.auto_draft_plan`).
 AUTO_DRAFT = "auto"
 #: The lean packed-int4 draft (:mod:`decoding.drafters.lean`), calibrated when it is built.
 LEAN_DRAFT = "derived:int4"

@@ -24,7 +24,7 @@ One module per job:
 - :mod:`~decoding.drafters.lean.loader` — building it, at once or on a background thread.
 
 Which draft the copilot uses when (``auto``, ``derived:int4``, a model id) is planned in
-:mod:`decoding.drafters.plan`.
+:mod:`decoding.build`.
 
 Speculative decoding itself (the target verifies, so the output is the target's
 greedy / sampled output whatever this draft proposes): Leviathan et al. 2023
