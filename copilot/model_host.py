@@ -63,13 +63,12 @@ class ModelHost:
         self.engine = engine
         self._draft_loader: LeanDraftLoader | None = None
         self._draft_attach: threading.Thread | None = None
-        core = getattr(engine, "core", None)  # test doubles of the engine may have none
         if engine is None:
             self._draft_status = "no target model is loaded"
         elif isinstance(engine, RemoteEngine):
             self._draft_status = f"none here: the model server at {engine.target.url} decodes"
-        elif core is not None and core.draft is not None:
-            self._draft_status = f"{core.draft.name}: loaded"
+        elif isinstance(engine, SpeculativeEngine) and engine.core.draft is not None:
+            self._draft_status = f"{engine.core.draft.name}: loaded"
         else:
             backend = getattr(getattr(engine, "target", None), "backend", "torch")
             self._draft_status = draft_model_plan(settings.draft_model or "", settings.target_model, settings.device,
@@ -148,8 +147,7 @@ class ModelHost:
     def answer_history(self) -> AnswerHistory | None:
         """The earlier answers the in-process engine drafts from; ``None`` for a model server
         (it keeps none here) or without a model."""
-        core = getattr(self.engine, "core", None)  # test doubles of the engine may have none
-        return core.history if core is not None else None
+        return self.engine.core.history if isinstance(self.engine, SpeculativeEngine) else None
 
     def fingerprint(self, style_name: str, max_sources: int) -> str:
         """OpenAI's ``system_fingerprint``: ``fp_`` and 12 hex digits of a hash of what decides

@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 from answering import ask as ask_alone
+from interleaved import InterleavedBatch
 from pydantic import ValidationError
 from test_api_operations import QUESTION, PacedEngine, _settings, _wait
 
@@ -22,7 +23,7 @@ from copilot.api.app import create_app
 from copilot.api.server import ServerThread
 from copilot.config import Settings
 from copilot.service import CopilotService
-from copilot.serving.scheduler import BatchScheduler, InterleavedBatch
+from copilot.serving.scheduler import BatchScheduler
 
 pytestmark = pytest.mark.slow
 

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from interleaved import StreamOnly
 
 from copilot.api.app import create_app
 from copilot.api.server import ServerThread
@@ -29,7 +30,7 @@ QUESTION = "How was the SRM_AUTHORIZATION_FAILURE on the FNAL link fixed?"
 POLL_WAIT_S = 0.6  # > question_job.POLL_S: long enough for a disconnect check
 
 
-class PacedEngine:
+class PacedEngine(StreamOnly):
     """Engine stand-in: waits for ``gate``, then emits one token every ``step_s`` seconds up to
     the budget, polling ``cancel`` before each; records each run's finish reason."""
 

@@ -17,6 +17,7 @@ import inspect
 
 import pytest
 from fastapi.testclient import TestClient
+from interleaved import StreamOnly
 
 from copilot.answer.question import GenerationParams, Question, QuestionRequest
 from copilot.api import generation
@@ -46,7 +47,7 @@ class _Target:
         self.name, self.model_type, self.backend = "tiny", None, "torch"
 
 
-class RecordingEngine:
+class RecordingEngine(StreamOnly):
     """Engine stand-in: records each config it resolves and decodes; answers ``max_new_tokens`` tokens."""
 
     def __init__(self, target: _Target) -> None:

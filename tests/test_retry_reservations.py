@@ -10,9 +10,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from interleaved import InterleavedBatch
 
 from copilot.serving.reservations import ReservationKey, Reservations
-from copilot.serving.scheduler import BatchScheduler, InterleavedBatch, Job, QueueFullError
+from copilot.serving.scheduler import BatchScheduler, Job, QueueFullError
 
 
 def key(name: str, owner: str | None = None) -> ReservationKey:

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterator, Protocol, Sequence, TypeVar
+from typing import Callable, Generic, Protocol, Sequence, TypeVar
 
 from copilot.serving.reservations import ReservationKey, Reservations
 from decoding import GenerationConfig
@@ -67,7 +67,7 @@ JobEnd = JobDone | JobError
 
 class BatchLike(Protocol):
     """What the scheduler drives: :class:`decoding.batch.Batch`, :class:`copilot.serving.remote_target.RemoteBatch`
-    (or :class:`InterleavedBatch`). A handle names one request of the batch (by identity)."""
+    (or :class:`NoModelBatch`). A handle names one request of the batch (by identity)."""
 
     def add(self, prompt_ids: Sequence[int], config: GenerationConfig, contexts: Sequence[Sequence[int]] = (),
             cancel: Callable[[], bool] | None = None,
@@ -164,46 +164,32 @@ class AsyncJob(Job, Generic[EventT]):
         return item
 
 
-class StreamingEngine(Protocol):
-    """An engine that only streams (a test stand-in), for :class:`InterleavedBatch`."""
+class BatchingEngine(Protocol):
+    """An engine that batches: :class:`decoding.engine.SpeculativeEngine`,
+    :class:`copilot.serving.remote_target.RemoteEngine`."""
 
-    def stream(self, prompt_ids: Sequence[int], config: GenerationConfig, contexts: Sequence[Sequence[int]],
-               cancel: Callable[[], bool] | None, settings: LogitsSettings | None) -> Iterator[StreamEvent]: ...
+    def batch(self) -> BatchLike: ...
 
 
-class InterleavedBatch:
-    """A :class:`BatchLike` over an engine that only streams (``engine.stream(...)``, e.g. a
-    test stand-in): its requests take turns, one event each per round."""
-
-    def __init__(self, engine: StreamingEngine | None) -> None:
-        self.engine = engine
-        self.active: list[Iterator[StreamEvent]] = []
+class NoModelBatch:
+    """The batch of a service without a target model (retrieval only): no job joins it, since
+    every question is answered (or refused) before decoding."""
 
     def add(self, prompt_ids: Sequence[int], config: GenerationConfig, contexts: Sequence[Sequence[int]] = (),
             cancel: Callable[[], bool] | None = None,
-            settings: LogitsSettings | None = None) -> tuple[Iterator[StreamEvent], list[StreamEvent]]:
-        assert self.engine is not None, "an InterleavedBatch without an engine takes no requests"
-        stream = self.engine.stream(prompt_ids, config, contexts, cancel, settings)
-        first = next(stream)
-        if first.result is None:
-            self.active.append(stream)
-        return stream, [first]
+            settings: LogitsSettings | None = None) -> tuple[object, list[StreamEvent]]:
+        """Raises RuntimeError: there is no model to decode with."""
+        raise RuntimeError("no target model is loaded")
 
-    def step(self) -> list[tuple[Iterator[StreamEvent], StreamEvent]]:
-        events = []
-        for stream in list(self.active):
-            event = next(stream)
-            events.append((stream, event))
-            if event.result is not None:
-                self.active.remove(stream)
-        return events
+    def step(self) -> list[tuple[object, StreamEvent]]:
+        """Nothing runs: no rounds, no events."""
+        return []
 
 
-def make_batch(engine: object) -> BatchLike:
-    """The engine's own :class:`~decoding.batch.Batch`, or :class:`InterleavedBatch` for an
-    engine that only streams."""
-    batch = getattr(engine, "batch", None)
-    return batch() if callable(batch) else InterleavedBatch(engine)  # type: ignore[arg-type]
+def make_batch(engine: BatchingEngine | None) -> BatchLike:
+    """The engine's own batch (:meth:`~decoding.engine.SpeculativeEngine.batch`,
+    :meth:`~copilot.serving.remote_target.RemoteEngine.batch`), or :class:`NoModelBatch` without one."""
+    return NoModelBatch() if engine is None else engine.batch()
 
 
 class BatchScheduler:
