@@ -6,7 +6,7 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from decoding.drafters.base import DraftingMode
@@ -26,7 +26,7 @@ class GenerationSettingError(ValueError):
         self.field = field
 
 
-class SpeculationMode(str, Enum):
+class SpeculationMode(StrEnum):
     """How a request speculates (the output is the same in every mode; only its speed differs).
 
     ``ADAPTIVE`` (alone: the cost-aware policy; in a batch: γ per request from the batch's cost,
@@ -34,18 +34,14 @@ class SpeculationMode(str, Enum):
     round drafts ``num_speculative_tokens`` with the one drafter ``drafting`` names, bypassing the
     policy, as gpt-fast's ``speculate_k``), ``TABLE`` (vLLM-style: γ looked up by batch size in the
     engine's ``BatchSpeculation.table``, at every size). How each plans: :mod:`decoding.planning.round`.
-    A ``str`` enum: ``"fixed"`` and ``SpeculationMode.FIXED`` compare equal and serialise alike, so
-    settings, the CLI and the web API's ``speculation`` take the same strings.
+    A :class:`~enum.StrEnum`: ``"fixed"`` and ``SpeculationMode.FIXED`` compare equal, serialise and
+    print alike, so settings, the CLI and the web API's ``speculation`` take the same strings.
     """
 
     ADAPTIVE = "adaptive"
     OFF = "off"
     FIXED = "fixed"
     TABLE = "table"
-
-    def __str__(self) -> str:
-        """The value (``"fixed"``), as in f-strings, logs and CLI output."""
-        return self.value
 
 
 #: The range of ``num_speculative_tokens`` (γ ceiling per round), the one bound that the request
