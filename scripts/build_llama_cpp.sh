@@ -1,32 +1,52 @@
 #!/usr/bin/env bash
 # Install llama-cpp-python (the CPU backend of the target: the GGUFs' own quantized kernels) into
-# the Python given as $1. The registry has no binary wheel, so it is built from source once, with
-# the flags under which a verification pass over k tokens gives bitwise the logits of k one-token
-# steps (README, "The exactness contract"): no llamafile sgemm (-DGGML_LLAMAFILE=OFF). Native CPU code
-# (-DGGML_NATIVE=ON), so the wheel is kept per CPU feature set under $OPSCOPILOT_WHEEL_CACHE
+# the Python given as $1. The registry has no binary wheel, so it is built from source once.
+#
+# Its llamafile sgemm kernels are on for prefill-sized calls only: scripts/patches/llama-cpp-sgemm-min-rows.patch
+# gates them to calls of 8 rows or more, so that a verification pass over k <= 7 tokens (the engine's
+# MAX_PASS_ROWS) runs ggml's own kernels and gives bitwise the logits of k one-token steps (README,
+# "The exactness contract"), while a prompt's prefill gets the faster kernels where the CPU has them.
+# OPSCOPILOT_LLAMAFILE=off builds without them instead (-DGGML_LLAMAFILE=OFF, unpatched).
+# Native CPU code (-DGGML_NATIVE=ON), so the wheel is kept per CPU feature set under $OPSCOPILOT_WHEEL_CACHE
 # (default ~/.cache/opscopilot/wheels); a later set-up installs it in seconds.
 # About 8-10 minutes on 2 idle cores. If the build fails, this prints why in one line and exits 1.
 set -euo pipefail
 PY=${1:-.venv/bin/python}
 VERSION=0.3.36
-ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"
+PATCH=$(cd "$(dirname "$0")" && pwd)/patches/llama-cpp-sgemm-min-rows.patch
+if [ "${OPSCOPILOT_LLAMAFILE:-on}" = off ]; then
+  ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"; PATCH=""
+else
+  ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"
+fi
 cpu=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)
-key=$(echo "$VERSION $ARGS $cpu $("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)
+patch_sum=$( [ -n "$PATCH" ] && sha256sum < "$PATCH" | cut -c1-12 || echo none)
+key=$(echo "$VERSION $ARGS $patch_sum $cpu $("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)
 dir=${OPSCOPILOT_WHEEL_CACHE:-$HOME/.cache/opscopilot/wheels}/llama-cpp-python-$VERSION-$key
 marker=$(dirname "$PY")/../.llama-cpp-python-build  # which build this environment has
 if [ "$(cat "$marker" 2>/dev/null)" = "$key" ] && "$PY" -c "import llama_cpp" 2>/dev/null; then
   exit 0
 fi
+fail() {  # one line saying why, then exit 1
+  echo "llama-cpp-python did not build ($1); full log: $dir/build.log; the torch backend serves (slower on CPU)" >&2
+  rm -f "$dir"/*.whl
+  exit 1
+}
 if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   mkdir -p "$dir"
-  echo "building llama-cpp-python $VERSION from source ($ARGS): about 8-10 min on 2 cores, once per machine"
-  if ! CMAKE_ARGS="$ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$PY" -m pip wheel -q --no-deps --no-cache-dir \
-      --no-binary llama-cpp-python -w "$dir" "llama-cpp-python==$VERSION" > "$dir/build.log" 2>&1; then
-    echo "llama-cpp-python did not build (last line: $(tail -n 1 "$dir/build.log")); full log: $dir/build.log;" \
-         "the torch backend serves (slower on CPU)" >&2
-    rm -f "$dir"/*.whl
-    exit 1
+  src=$(mktemp -d)
+  trap 'rm -rf "$src"' EXIT
+  echo "building llama-cpp-python $VERSION from source ($ARGS${PATCH:+, sgemm gated to 8+ rows}): about 8-10 min on 2 cores, once per machine"
+  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$src" "llama-cpp-python==$VERSION" > "$dir/build.log" 2>&1 \
+    || fail "no source archive: $(tail -n 1 "$dir/build.log")"
+  tar -xzf "$src"/llama_cpp_python-"$VERSION".tar.gz -C "$src" || fail "the source archive did not unpack"
+  tree="$src/llama_cpp_python-$VERSION"
+  if [ -n "$PATCH" ]; then
+    patch -p1 -d "$tree" --forward --quiet < "$PATCH" >> "$dir/build.log" 2>&1 \
+      || fail "$(basename "$PATCH") does not apply to llama-cpp-python $VERSION"
   fi
+  CMAKE_ARGS="$ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$PY" -m pip wheel -q --no-deps --no-cache-dir \
+      -w "$dir" "$tree" >> "$dir/build.log" 2>&1 || fail "last line: $(tail -n 1 "$dir/build.log")"
 fi
 "$PY" -m pip install -q --force-reinstall --no-deps "$dir"/llama_cpp_python-*.whl
 "$PY" -m pip install -q "$(ls "$dir"/llama_cpp_python-*.whl)"  # its dependencies (diskcache, jinja2, numpy)
