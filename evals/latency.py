@@ -50,6 +50,7 @@ from evals.exactness import budget_for, stop_checker
 from evals.harness import Case, plain_greedy_kwargs
 from evals.llamacpp_anchor import LLAMACPP_MODES, generate_timed
 from evals.oracle import bound
+from evals.stock_anchor import STOCK_MODE, StockAnchorUnavailable, stock_site
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +267,7 @@ def latency_modes(engine: SpeculativeEngine) -> list[str]:
     decode step in our loop) beside ``ours_auto``.
     """
     if not isinstance(engine.target, LoadedModel):
-        return [*LLAMACPP_MODES, "ours_off", "ours_auto"]
+        return [*(m for m in LLAMACPP_MODES if m not in skipped_modes(engine)), "ours_off", "ours_auto"]
     if engine.core.draft is None:
         return [m for m in HF_MODES if m != "hf_assisted"] + ["ours_auto"]
     hf = [m for m in HF_MODES if m not in skipped_modes(engine)]
@@ -280,7 +281,14 @@ LEAN_DRAFT_REASON = ("the draft model runs on a lean forward outside transformer
 
 def skipped_modes(engine: SpeculativeEngine) -> dict[str, str]:
     """``{mode: why it is not timed}``: the draft-model modes when no draft model is configured;
-    ``hf_assisted`` when the draft is not a transformers model."""
+    ``hf_assisted`` when the draft is not a transformers model; on llama.cpp, the stock build's
+    anchor when none is installed (:func:`evals.stock_anchor.stock_site`)."""
+    if not isinstance(engine.target, LoadedModel):
+        try:
+            stock_site()
+        except StockAnchorUnavailable as e:
+            return {STOCK_MODE: str(e)}
+        return {}
     if engine.core.draft is None:
         return {m: NO_DRAFT_REASON for m in DRAFT_MODEL_MODES}
     if not isinstance(engine.core.draft.model, PreTrainedModel):
@@ -351,7 +359,7 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
     Raises:
         ValueError: an unknown mode name, or a draft-model mode without a draft model.
     """
-    modes = modes or latency_modes(engine)
+    modes = list(modes or latency_modes(engine))
     base = base_mode(engine)
     if base not in modes:
         modes = [base] + modes
@@ -365,8 +373,14 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         raise ValueError(f"modes {[m for m in modes if m in DRAFT_MODEL_MODES]} need a draft model; none is loaded")
     if "hf_assisted" in modes and "hf_assisted" in skipped_modes(engine):
         raise ValueError(f"hf_assisted: {LEAN_DRAFT_REASON}")
-    for mode in modes:  # warm-up: one short pass each
-        _run(engine, mode, cases[0], min(8, max_new_tokens), loop_span)
+    skipped = {m: why for m, why in skipped_modes(engine).items() if m not in modes}
+    for mode in list(modes):  # warm-up: one short pass each; a stock build that cannot run here is skipped
+        try:
+            _run(engine, mode, cases[0], min(8, max_new_tokens), loop_span)
+        except StockAnchorUnavailable as e:
+            log.warning("%s skipped: %s", mode, e)
+            modes.remove(mode)
+            skipped[mode] = str(e)
     runs: dict[str, dict[str, list[Run]]] = {m: {} for m in modes}
     for qi, case in enumerate(cases):
         for rep in range(repeats):
@@ -380,7 +394,7 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
         out["oracle"] = oracle_summary(engine, cases, runs, out["per_question"], base)
     out["baseline"] = base
     out["aliases"] = mode_aliases(engine, modes)
-    out["skipped"] = {m: why for m, why in skipped_modes(engine).items() if m not in modes}
+    out["skipped"] = skipped
     out["policy_states"] = engine.core.acceptance.snapshot()
     out["loop_span"] = loop_span
     return out

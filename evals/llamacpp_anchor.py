@@ -1,8 +1,8 @@
 """llama.cpp's own generation as the anchor users would pick on a CPU (what Ollama runs).
 
-It runs in the llama-cpp-python that ``scripts/build_llama_cpp.sh`` builds (without llamafile's
-sgemm, evals/results/README.md): for the 1.5B's K-quants the same kernels as a stock build; the
-0.5B's Q5_0/Q8_0 prefill is slower than a stock build's.
+It runs in the llama-cpp-python that ``scripts/build_llama_cpp.sh`` builds (llamafile's sgemm for
+calls of 8+ rows only: a stock build's kernels for prefill, ggml's own below 8 rows); a stock
+build, where one is installed, is timed apart (:mod:`evals.stock_anchor`).
 
 ``llamacpp_greedy`` is llama-cpp-python's high-level ``Llama.generate(temp=0)`` on the very
 GGUF our llama.cpp backend runs, with its threads, prefilling in our 64-token chunks (the
@@ -27,8 +27,10 @@ import time
 from typing import Any, Iterator
 
 from decoding.backends.llamacpp import LlamaCppModel
+from evals.stock_anchor import STOCK_MODE, generate_stock
 
-LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_greedy_default", "llamacpp_pld_2", "llamacpp_pld_10")
+LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_greedy_default", "llamacpp_pld_2", "llamacpp_pld_10",
+                  STOCK_MODE)
 
 _ANCHORS: dict[tuple[str, int | None, bool], Any] = {}
 
@@ -94,9 +96,24 @@ def pld_tokens(mode: str) -> int | None:
 def generate_timed(target: LlamaCppModel, mode: str, prompt_ids: list[int], budget: int,
                    ) -> tuple[list[int], list[float], int, float]:
     """Run one anchor mode: ``(ids up to EOS or budget, each id's arrival time (perf_counter s),
-    target passes after the prefill, start time)``."""
+    target passes after the prefill, start time)``.
+
+    Raises:
+        evals.stock_anchor.StockAnchorUnavailable: :data:`~evals.stock_anchor.STOCK_MODE` without a
+            stock build that runs here.
+    """
+    eos = set(target.eos_token_ids())
+    if mode == STOCK_MODE:
+        return generate_stock(target.gguf, target.options.n_threads, prompt_ids, budget, eos)
     llm = anchor(target, pld_tokens(mode), len(prompt_ids) + budget + 16, default_batch=mode.endswith("_default"))
     llm.reset()
+    return timed_greedy(llm, prompt_ids, budget, eos)
+
+
+def timed_greedy(llm: Any, prompt_ids: list[int], budget: int,
+                 eos: set[int]) -> tuple[list[int], list[float], int, float]:
+    """``Llama.generate(temp=0)`` of ``llm`` up to a token of ``eos`` or ``budget`` ids: ``(ids, each
+    id's arrival time (perf_counter s), target passes after the prefill, start time)``."""
     passes = 0
     evaluate = llm.eval
 
@@ -106,7 +123,8 @@ def generate_timed(target: LlamaCppModel, mode: str, prompt_ids: list[int], budg
         evaluate(tokens)
 
     llm.eval = counted
-    eos, out, times = set(target.eos_token_ids()), [], []
+    out: list[int] = []
+    times: list[float] = []
     try:
         start = time.perf_counter()
         for token in llm.generate(prompt_ids, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
