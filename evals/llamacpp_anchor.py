@@ -106,14 +106,16 @@ def generate_timed(target: LlamaCppModel, mode: str, prompt_ids: list[int], budg
     if mode == STOCK_MODE:
         return generate_stock(target.gguf, target.options.n_threads, prompt_ids, budget, eos)
     llm = anchor(target, pld_tokens(mode), len(prompt_ids) + budget + 16, default_batch=mode.endswith("_default"))
-    llm.reset()
     return timed_greedy(llm, prompt_ids, budget, eos)
 
 
 def timed_greedy(llm: Any, prompt_ids: list[int], budget: int,
                  eos: set[int]) -> tuple[list[int], list[float], int, float]:
     """``Llama.generate(temp=0)`` of ``llm`` up to a token of ``eos`` or ``budget`` ids: ``(ids, each
-    id's arrival time (perf_counter s), target passes after the prefill, start time)``."""
+    id's arrival time (perf_counter s), target passes after the prefill, start time)``. ``llm`` is
+    reset first: ``generate`` would otherwise reuse the KV cache of a previous run's matching prefix
+    (the warm-up runs the first question), and its prefill would not be timed."""
+    llm.reset()
     passes = 0
     evaluate = llm.eval
 
