@@ -70,7 +70,7 @@ class ModelHost:
         elif isinstance(engine, SpeculativeEngine) and engine.core.draft is not None:
             self._draft_status = f"{engine.core.draft.name}: loaded"
         else:
-            backend = getattr(getattr(engine, "target", None), "backend", "torch")
+            backend = engine.target.backend
             self._draft_status = draft_model_plan(settings.draft_model or "", settings.target_model, settings.device,
                                                   backend)
 
@@ -155,7 +155,7 @@ class ModelHost:
         prompt style (``style_name``), the sources per question (``max_sources``) and the
         retrieval and answer settings. It changes when any of them does."""
         s = self.settings
-        backend = getattr(getattr(self.engine, "target", None), "backend", s.backend)
+        backend = self.engine.target.backend if self.engine is not None else s.backend
         parts = (s.target_model, backend, s.dtype, s.device, s.embedding_model or "default", style_name,
                  max_sources, s.max_prompt_tokens, s.min_support, s.loop_stop, s.loop_span)
         return "fp_" + hashlib.sha256(repr(parts).encode()).hexdigest()[:12]

@@ -64,9 +64,9 @@ class CopilotService:
         self.store = store
         self.searcher = Searcher(store)
         self.models = ModelHost(settings, engine)
-        target = getattr(engine, "target", None)
-        self.style_name = style_name(settings.prompt_style, getattr(target, "model_type", None),
-                                     getattr(target, "name", ""))
+        target = engine.target if engine is not None else None
+        self.style_name = style_name(settings.prompt_style, target.model_type if target else None,
+                                     target.name if target else "")
         self.style: PromptStyle = PROMPT_STYLES[self.style_name]
         #: Source documents per question when a request names none (resolved once).
         self.max_sources: int = settings.max_sources or self.style.max_sources

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Callable, Iterator, Protocol, Sequence
 
 from decoding import GenerationConfig
@@ -46,7 +47,10 @@ class InterleavedBatch:
 
 
 class StreamOnly:
-    """Mix-in for an engine stand-in with a ``stream`` method: its :meth:`batch` interleaves its streams."""
+    """Mix-in for an engine stand-in with a ``stream`` method: its :meth:`batch` interleaves its streams,
+    and its ``target`` answers what the service reads of a target (no name, no family, torch)."""
+
+    target = SimpleNamespace(name="", model_type=None, backend="torch")
 
     def batch(self) -> InterleavedBatch:
         return InterleavedBatch(self)  # type: ignore[arg-type]

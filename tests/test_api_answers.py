@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 from answering import answer as answer_of
 from fastapi.testclient import TestClient
+from interleaved import StreamOnly
 
 from copilot.answer.prompting import ChatTurn, build_prompt, format_source
 from copilot.answer.question import GenerationParams, QuestionRequest
@@ -93,7 +94,7 @@ def test_chat_with_long_history_still_answers_from_the_store(client):
     assert [s["n"] for s in body["sources"]] == list(range(1, len(body["sources"]) + 1))
 
 
-class _CannedEngine:
+class _CannedEngine(StreamOnly):
     """Streams fixed deltas (what the model wrote) to exercise the service's citation check."""
 
     def __init__(self, deltas: list[str]) -> None:

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from copilot.api.dependencies import ServiceDep
 from copilot.api.schemas.health import HealthResponse, ReadyResponse
+from copilot.serving.remote_target import RemoteEngine
 from decoding.backends.cpu import cpu_report
 
 router = APIRouter(tags=["health"])
@@ -28,10 +29,9 @@ async def readyz(service: ServiceDep) -> ReadyResponse | JSONResponse:
     engine = service.models.engine
     model_loaded = engine is not None
     server_error = None
-    ping = getattr(engine, "ping", None)  # an external model server (copilot.serving.remote_target)
-    if ping is not None:
+    if isinstance(engine, RemoteEngine):  # an external model server answers, or not
         try:
-            await asyncio.to_thread(ping)
+            await asyncio.to_thread(engine.ping)
         except Exception as exc:  # noqa: BLE001 - any failure to answer means not ready
             server_error = str(exc)
 
