@@ -247,8 +247,8 @@ def test_streams_from_two_threads_both_finish_exact(tiny_models, small):
 
 
 # -- γ from the batch's cost --------------------------------------------------------------------
-def _curve(alpha: float, gamma_max: int) -> dict[int, tuple[float, float]]:
-    return {g: (1 + sum(alpha ** k for k in range(1, g + 1)), 0.0) for g in range(1, gamma_max + 1)}
+def _curve(alpha: float, room: int) -> dict[int, tuple[float, float]]:
+    return {g: (1 + sum(alpha ** k for k in range(1, g + 1)), 0.0) for g in range(1, room + 1)}
 
 
 def test_alone_the_allocation_maximises_tokens_per_ms():

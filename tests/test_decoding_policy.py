@@ -40,8 +40,8 @@ def dm_offer(n_tokens: int = 8, step_ms: float | None = CPU_COSTS.draft_step_ms)
     return Offer("draft_model", n_tokens, (), "draft model", step_ms)
 
 
-def choose(policy: DrafterPolicy, ngram: Offer | None = None, dm: Offer | None = None, gamma_max: int = 8):
-    return policy.choose([[o] for o in (ngram, dm) if o is not None], gamma_max)
+def choose(policy: DrafterPolicy, ngram: Offer | None = None, dm: Offer | None = None, room: int = 8):
+    return policy.choose([[o] for o in (ngram, dm) if o is not None], room)
 
 
 def failing(table: AcceptanceTable, state: tuple, rounds: int = 30) -> None:
@@ -116,7 +116,7 @@ def test_no_drafter_available_means_plain():
     policy = DrafterPolicy(CPU_COSTS)
     assert choose(policy).drafter is None
     assert choose(policy, ngram_offer(0, 4)).drafter is None  # nothing to offer
-    assert choose(policy, ngram_offer(8, 4), dm_offer(), gamma_max=0).drafter is None  # no room to draft
+    assert choose(policy, ngram_offer(8, 4), dm_offer(), room=0).drafter is None  # no room to draft
     assert choose(policy, dm=dm_offer(step_ms=None)).drafter is None  # an unmeasured draft model is never chosen
     assert choose(policy, dm=dm_offer(0)).drafter is None  # at the end of the draft's context window
 
@@ -209,17 +209,17 @@ def test_gamma_maximises_expected_tokens_per_cost(seed):
     a1, an = rng.uniform(0, 1), rng.uniform(0, 1)
     cfg = PolicyConfig(min_gain=1.0, prior_first=a1, prior_next=an)
     policy = DrafterPolicy(costs, AcceptanceTable(cfg))
-    gamma_max = rng.randint(1, 10)
+    room = rng.randint(1, 10)
     n_draft = rng.randint(1, 12)
     use_dm = costs.draft_step_ms is not None and rng.random() < 0.5
 
     def rate(g, step):
         return expected_tokens(a1, an, g) / (costs.verify(g + 1) + g * step)
 
-    offer = dm_offer(gamma_max, costs.draft_step_ms) if use_dm else ngram_offer(min(n_draft, gamma_max), 2)
-    decision = policy.choose([[offer]], gamma_max)
+    offer = dm_offer(room, costs.draft_step_ms) if use_dm else ngram_offer(min(n_draft, room), 2)
+    decision = policy.choose([[offer]], room)
     step = costs.draft_step_ms if use_dm else 0.0
-    g_max = gamma_max if use_dm else min(gamma_max, n_draft)
+    g_max = room if use_dm else min(room, n_draft)
     best_g = max(range(1, g_max + 1), key=lambda g: rate(g, step))
     if rate(best_g, step) > 1.0 / costs.verify(1):
         assert decision.drafter == ("draft_model" if use_dm else "ngram")

@@ -294,19 +294,19 @@ class DrafterPolicy:
         expected, drafting = self.expected(segments)
         return expected / (self.costs.verify(sum(s.tokens for s in segments) + 1) + drafting)
 
-    def curve(self, chains: Sequence[Sequence[Offer]], gamma_max: int) -> dict[int, tuple[float, float, Decision]]:
+    def curve(self, chains: Sequence[Sequence[Offer]], room: int) -> dict[int, tuple[float, float, Decision]]:
         """The best plan per γ for a batch's allocation (:func:`decoding.planning.batch_policy.allocate`):
-        ``{γ: (expected tokens, drafting ms, plan)}`` for γ = 1..``gamma_max`` where some
+        ``{γ: (expected tokens, drafting ms, plan)}`` for γ = 1..``room`` where some
         chain can draft γ; the most expected tokens wins, the cheaper drafting on a tie. The
         target pass is priced by the batch, not here."""
         best: dict[int, tuple[float, float, Decision]] = {}
         for chain in chains:
-            if not chain or gamma_max <= 0 or any(o.max_tokens <= 0 or o.step_ms is None for o in chain):
+            if not chain or room <= 0 or any(o.max_tokens <= 0 or o.step_ms is None for o in chain):
                 continue
             head = tuple(Segment(o, o.max_tokens, self.key(o, extending=i > 0)) for i, o in enumerate(chain[:-1]))
             last, drafted = chain[-1], sum(s.tokens for s in head)
             key = self.key(last, extending=len(chain) > 1)
-            for g in range(1, min(last.max_tokens, gamma_max - drafted) + 1):
+            for g in range(1, min(last.max_tokens, room - drafted) + 1):
                 plan = head + (Segment(last, g, key),)
                 e, ms = self.expected(plan)
                 gamma = drafted + g
@@ -314,7 +314,7 @@ class DrafterPolicy:
                     best[gamma] = (e, ms, Decision(plan, ""))
         return best
 
-    def _best(self, chain: Sequence[Offer], gamma_max: int) -> tuple[float, tuple[Segment, ...]] | None:
+    def _best(self, chain: Sequence[Offer], room: int) -> tuple[float, tuple[Segment, ...]] | None:
         """The best plan over ``chain``: every offer but the last in full, the last with the
         γ that maximises the rate; ``None`` when the chain cannot draft."""
         if any(o.max_tokens <= 0 or o.step_ms is None for o in chain):
@@ -322,20 +322,21 @@ class DrafterPolicy:
         head = tuple(Segment(o, o.max_tokens, self.key(o, extending=i > 0)) for i, o in enumerate(chain[:-1]))
         last = chain[-1]
         key = self.key(last, extending=len(chain) > 1)
-        room = min(last.max_tokens, gamma_max - sum(s.tokens for s in head))
-        plans = [head + (Segment(last, g, key),) for g in range(1, room + 1)]
+        left = min(last.max_tokens, room - sum(s.tokens for s in head))
+        plans = [head + (Segment(last, g, key),) for g in range(1, left + 1)]
         return max(((self._rate(p), p) for p in plans), default=None, key=lambda rp: rp[0])
 
-    def choose(self, chains: Sequence[Sequence[Offer]], gamma_max: int) -> Decision:
+    def choose(self, chains: Sequence[Sequence[Offer]], room: int) -> Decision:
         """Pick the plan for the next round.
 
         Args:
             chains: the candidate plans, each a sequence of offers drafted one after the
                 other (a single offer, or a span that runs out followed by an extension).
-            gamma_max: most tokens a round may draft (budget and context clipped).
+            room: most tokens the round may draft (the γ ceiling clipped by budget and context:
+                :func:`decoding.planning.round.gamma_ceiling`).
         """
         plain_rate = 1.0 / self.costs.verify(1)
-        options = [b for c in chains if c and gamma_max > 0 for b in [self._best(c, gamma_max)] if b is not None]
+        options = [b for c in chains if c and room > 0 for b in [self._best(c, room)] if b is not None]
         best = max(options, default=None, key=lambda o: o[0])
         if best is None or best[0] < plain_rate * self.table.config.min_gain:
             return Decision((), "no drafter expected to beat plain decoding")

@@ -67,23 +67,23 @@ def gamma_ceiling(num_speculative_tokens: int, remaining: int, context_room: int
     return max(0, room if context_room is None else min(room, context_room))
 
 
-def candidate_chains(drafters: Sequence[Drafter], gamma_max: int) -> list[list[Offer]]:
+def candidate_chains(drafters: Sequence[Drafter], room: int) -> list[list[Offer]]:
     """The plans the policy weighs this round: every free offer (``step_ms`` 0, a lookup:
-    the n-gram drafter's match) alone, and each one that runs out before ``gamma_max``
+    the n-gram drafter's match) alone, and each one that runs out before ``room``
     followed by each other drafter's offer to extend it (a copied span the draft model
     continues); a costly drafter's offer alone (the draft model) only when no free offer
     has anything (a generated span). So the n-gram drafter drafts where a match exists, the
     draft model where none does, and the policy picks γ (or plain decoding) by their
-    measured acceptance. Empty without room (``gamma_max`` ≤ 0) or drafters."""
-    if gamma_max <= 0 or not drafters:
+    measured acceptance. Empty without room (``room`` ≤ 0: :func:`gamma_ceiling`) or drafters."""
+    if room <= 0 or not drafters:
         return []
-    offers = [d.offer(gamma_max) for d in drafters]
+    offers = [d.offer(room) for d in drafters]
     free = any(o.max_tokens > 0 and o.step_ms == 0 for o in offers)
     chains = [[o] for o in offers if o.max_tokens > 0 and (o.step_ms == 0 or not free)]
     for d, o in zip(drafters, offers, strict=True):
-        if 0 < o.max_tokens < gamma_max and o.step_ms == 0:
+        if 0 < o.max_tokens < room and o.step_ms == 0:
             span = d.propose(o.max_tokens).tokens
-            chains += [[o, e.offer(gamma_max - len(span), span)] for e in drafters if e is not d]
+            chains += [[o, e.offer(room - len(span), span)] for e in drafters if e is not d]
     return chains
 
 
