@@ -1,8 +1,8 @@
 """llama.cpp's own generation as the anchor users would pick on a CPU (what Ollama runs).
 
-It runs in the llama-cpp-python that ``scripts/build_llama_cpp.sh`` builds (llamafile's sgemm for
-calls of 8+ rows only: a stock build's kernels for prefill, ggml's own below 8 rows); a stock
-build, where one is installed, is timed apart (:mod:`evals.stock_anchor`).
+It runs in the llama-cpp-python that ``scripts/build_llama_cpp.sh`` builds (without llamafile's
+sgemm, or with it for calls of 8+ rows only: ``OPSCOPILOT_LLAMAFILE=gated``); a stock build, where one
+is installed, is timed apart (:mod:`evals.stock_anchor`).
 
 ``llamacpp_greedy`` is llama-cpp-python's high-level ``Llama.generate(temp=0)`` on the very
 GGUF our llama.cpp backend runs, with its threads, prefilling in our 64-token chunks (the

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +51,20 @@ def stock_site() -> Path:
 
 
 class StockWorker:
-    """The worker process running the stock build on one GGUF with ``threads`` threads."""
+    """The worker process running the stock build on one GGUF with ``threads`` threads.
+
+    Raises:
+        StockAnchorUnavailable: on construction, no stock build (:func:`stock_site`).
+    """
 
     def __init__(self, gguf: Path, threads: int) -> None:
         site = stock_site()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(_REPO)]))
         read_fd, write_fd = os.pipe()
+        self._stderr = tempfile.TemporaryFile("w+")  # a file, not a pipe: a long run never blocks on it
         self._proc = subprocess.Popen([sys.executable, "-m", "evals.stock_anchor", str(gguf), str(threads),
                                        str(write_fd)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, env=env, pass_fds=(write_fd,), text=True)
+                                      stderr=self._stderr, env=env, pass_fds=(write_fd,), text=True)
         os.close(write_fd)
         self._answers = os.fdopen(read_fd, "r")
 
@@ -89,7 +95,8 @@ class StockWorker:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             return "the stock build's worker stopped answering"
-        err = self._proc.stderr.read().strip().splitlines() if self._proc.stderr else []
+        self._stderr.seek(0)
+        err = self._stderr.read().strip().splitlines()
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
         return f"the stock build crashed ({how})" + (f": {err[-1][:200]}" if err else "")
 
@@ -99,6 +106,7 @@ class StockWorker:
             self._proc.kill()
             self._proc.wait()
         self._answers.close()
+        self._stderr.close()
 
 
 _WORKERS: dict[tuple[str, str, int], StockWorker] = {}

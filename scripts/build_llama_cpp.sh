@@ -2,11 +2,14 @@
 # Install llama-cpp-python (the CPU backend of the target: the GGUFs' own quantized kernels) into
 # the Python given as $1. The registry has no binary wheel, so it is built from source once.
 #
-# Its llamafile sgemm kernels are on for prefill-sized calls only: scripts/patches/llama-cpp-sgemm-min-rows.patch
-# gates them to calls of 8 rows or more, so that a verification pass over k <= 7 tokens (the engine's
-# MAX_PASS_ROWS) runs ggml's own kernels and gives bitwise the logits of k one-token steps (README,
-# "The exactness contract"), while a prompt's prefill gets the faster kernels where the CPU has them.
-# OPSCOPILOT_LLAMAFILE=off builds without them instead (-DGGML_LLAMAFILE=OFF, unpatched).
+# By default without llamafile's sgemm (-DGGML_LLAMAFILE=OFF): a verification pass over k tokens then
+# gives bitwise the logits of k one-token steps (README, "The exactness contract").
+# OPSCOPILOT_LLAMAFILE=gated turns sgemm on for prefill-sized calls only: scripts/patches/llama-cpp-sgemm-min-rows.patch
+# gates it to calls of 8 rows or more, so verification passes (k <= 7, the engine's MAX_PASS_ROWS) keep
+# ggml's own kernels. Greedy stays exact either way, but prefill's attention sums change, and with them
+# some answers (7 of 30 on site2); it paid nothing measurable on an AMD EPYC (evals/results/README.md,
+# "Issue 44 (items 2, 6, 7)"), so it is opt-in for CPUs where sgemm is faster (a stock build's prefill
+# was 1.14x on an Intel Xeon with AVX-512).
 # Native CPU code (-DGGML_NATIVE=ON), so the wheel is kept per CPU feature set under $OPSCOPILOT_WHEEL_CACHE
 # (default ~/.cache/opscopilot/wheels); a later set-up installs it in seconds.
 # About 8-10 minutes on 2 idle cores. If the build fails, this prints why in one line and exits 1.
@@ -14,14 +17,13 @@ set -euo pipefail
 PY=${1:-.venv/bin/python}
 VERSION=0.3.36
 PATCH=$(cd "$(dirname "$0")" && pwd)/patches/llama-cpp-sgemm-min-rows.patch
-if [ "${OPSCOPILOT_LLAMAFILE:-on}" = off ]; then
-  ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"; PATCH=""
-else
-  ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"
-fi
+case "${OPSCOPILOT_LLAMAFILE:-off}" in
+  off) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"; PATCH=""; built="$ARGS" ;;
+  gated) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"; built="$ARGS patch $(sha256sum < "$PATCH" | cut -c1-12)" ;;
+  *) echo "OPSCOPILOT_LLAMAFILE must be off or gated, got '$OPSCOPILOT_LLAMAFILE'" >&2; exit 1 ;;
+esac
 cpu=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)
-patch_sum=$( [ -n "$PATCH" ] && sha256sum < "$PATCH" | cut -c1-12 || echo none)
-key=$(echo "$VERSION $ARGS $patch_sum $cpu $("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)
+key=$(echo "$VERSION $built $cpu $("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)
 dir=${OPSCOPILOT_WHEEL_CACHE:-$HOME/.cache/opscopilot/wheels}/llama-cpp-python-$VERSION-$key
 marker=$(dirname "$PY")/../.llama-cpp-python-build  # which build this environment has
 if [ "$(cat "$marker" 2>/dev/null)" = "$key" ] && "$PY" -c "import llama_cpp" 2>/dev/null; then

@@ -126,3 +126,17 @@ def test_error_messages_never_show_the_servers_folders(light_app, tmp_path):
         message = c.get("/v1/boom").json()["error"]["message"]
     assert str(tmp_path) not in message and str(Path.home()) not in message
     assert "<model cache>/qwen/config.json" in message and "<home>/.cache/x.bin" in message, message
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('"num_speculative_tokens": 33', "num_speculative_tokens"),
+    ('"num_speculative_tokens": 0', "num_speculative_tokens"),
+    ('"speculation": "greedy"', "speculation"),
+])
+def test_the_gamma_ceiling_and_the_speculation_mode_are_checked_at_the_door(client, extra, message):
+    """One bound for γ (1..32, ``decoding.config.NUM_SPECULATIVE_TOKENS_RANGE``) and the modes of
+    ``SpeculationMode``: outside them a 400 naming the field; at the bound the request validates."""
+    r = _post(client, "/v1/ask", ASK, extra)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == message
+    assert _post(client, "/v1/ask", ASK, '"num_speculative_tokens": 32, "speculation": "table"').status_code == 503

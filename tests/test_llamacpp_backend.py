@@ -117,8 +117,8 @@ def test_its_plain_greedy_is_llama_cpps_own(qwen, references):
 
 def test_a_verification_pass_is_bitwise_the_one_token_steps(qwen):
     """Batch invariance: the logits of a k-token pass (one request, and two requests packed)
-    equal, bit for bit, those of k one-token steps (llamafile's sgemm gated to 8+ rows by
-    scripts/build_llama_cpp.sh, weights not repacked, one KV stream per sequence)."""
+    equal, bit for bit, those of k one-token steps (llama.cpp without llamafile's sgemm, or
+    with it gated to 8+ rows: scripts/build_llama_cpp.sh; weights not repacked, one KV stream per sequence)."""
     (prompt, _), (other, _) = _prompts(qwen)[:2]
     answer = _greedy(qwen, prompt, 12)
     solo, mate = qwen.new_cache(0), qwen.new_cache(0)
