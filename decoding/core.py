@@ -24,7 +24,7 @@ from decoding.backends.target import Target
 from decoding.config import GenerationConfig, check_num_speculative_tokens
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
-from decoding.drafters.ngram import STATE_PRIORS, AnswerHistory, NGramDrafter
+from decoding.drafters.ngram import STATE_PRIORS, AnswerHistory, NGramDrafter, line_break_ids
 from decoding.kv.prefix_cache import PrefixCache
 from decoding.logits import LogitsSettings, effective_settings
 from decoding.planning.batch_policy import BatchSpeculation
@@ -60,6 +60,8 @@ class EngineConfig:
             (reproducible plans in tests).
         prefix_cache_entries: finished requests' KV caches kept for exact prefix reuse
             (:class:`~decoding.kv.prefix_cache.PrefixCache`; 0 = off).
+        line_bounded_drafts: n-gram proposals stay on one line of their source (end before a
+            line-break token: :class:`~decoding.drafters.ngram.NGramDrafter`).
         policy: the cost-aware policy's knobs.
     """
 
@@ -72,6 +74,7 @@ class EngineConfig:
     batch_speculation: BatchSpeculation = field(default_factory=BatchSpeculation)
     learn_costs: bool | None = None
     prefix_cache_entries: int = 2
+    line_bounded_drafts: bool = True
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def __post_init__(self) -> None:
@@ -156,7 +159,9 @@ class EngineCore:
         """An n-gram drafter over the answer history (its states start from their priors), and a
         draft-model drafter when there is a draft (its prior: its measured agreement)."""
         config, draft = self.config, self.draft
-        drafters: list[Drafter] = [NGramDrafter(config.max_ngram, config.min_ngram, history=self.history)]
+        line_breaks = line_break_ids(self.target.tokenizer) if config.line_bounded_drafts else frozenset()
+        drafters: list[Drafter] = [NGramDrafter(config.max_ngram, config.min_ngram, history=self.history,
+                                                line_breaks=line_breaks)]
         for state, (first, rest) in STATE_PRIORS.items():
             self.acceptance.set_prior(state, first, rest)
         if draft is not None:

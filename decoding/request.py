@@ -34,6 +34,7 @@ from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.logits import LogitsSettings, effective_settings
 from decoding.planning.policy import PLAIN, AcceptanceTable, Decision, DrafterPolicy, Segment, draft_prefill_pays
 from decoding.planning.round import RoundRequest, gamma_ceiling
+from decoding.planning.shadow import ShadowBook
 from decoding.sampling import TokenSelector
 from decoding.stats import GenerationStats, RequestClock
 from decoding.stopping import StopChecker
@@ -128,6 +129,7 @@ class RequestState:
         self._sampling: TokenSelector | None = None
         self.drafters: list[Drafter] = []
         self._policy: DrafterPolicy | None = None
+        self.shadows = ShadowBook(core.acceptance)  # declined free proposals (replaced with the policy's table)
         self.decision: Decision = PLAIN
         self.draft = Draft([])
         self._segments: list[Draft] = []
@@ -231,6 +233,7 @@ class RequestState:
                 d.observe(committed)
         table = AcceptanceTable(self.core.acceptance.config) if self.seeded else self.core.acceptance
         self._policy = DrafterPolicy(self.core.cost_model(self.context_tokens), table)
+        self.shadows = ShadowBook(table)
 
     def propose(self, decision: Decision, defer_draft_model: bool = False,
                 ) -> tuple[DraftModelDrafter, int, list[int]] | None:
@@ -253,6 +256,8 @@ class RequestState:
             model = last if isinstance(last, DraftModelDrafter) else None  # the segment left to the caller
             head = segments[:-1] if model is not None else segments
             self._segments = draft_segments(head, by_name, self.stats)
+            for declined in decision.declined:  # a lookup's proposal, measured off-policy
+                self.shadows.declined(declined.key, by_name[declined.offer.drafter].propose(declined.tokens).tokens)
             deferred = None
             whole = all(len(d.tokens) == s.tokens for d, s in zip(self._segments, head, strict=False))
             if model is not None and whole:
@@ -294,6 +299,7 @@ class RequestState:
                         for s, d in zip(self.decision.segments, self._segments, strict=False)]
             self.stats.record_round(proposed, n_accepted, len(committed), batch_size)
             self.policy.update(self.decision, [n for _, n, _ in proposed], n_accepted)
+            self.shadows.committed(committed)
             for d in self.drafters:
                 d.observe(committed)
             self.draft, self._segments, self.decision = Draft([]), [], PLAIN

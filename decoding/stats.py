@@ -66,6 +66,7 @@ class GenerationStats:
     switches: list[dict[str, Any]] = field(default_factory=list)
     accepted_by_position: list[list[int]] = field(default_factory=list)  # [proposed, accepted] per draft slot
     block_sizes: list[int] = field(default_factory=list)
+    gammas: list[int] = field(default_factory=list)  # γ drafted per decode-phase pass (0: a plain step)
     generation_settings: dict[str, Any] = field(default_factory=dict)  # effective logits settings (decoding.logits)
     draft_prefill: str | None = None  # whether a draft model with its own KV cache prefilled the prompt, and why
     backend: str = ""  # what ran the target ("llama.cpp", "torch": decoding.backends.target.Target.backend)
@@ -119,6 +120,7 @@ class GenerationStats:
         self.max_batch_size = max(self.max_batch_size, batch_size)
         drafted = sum(segment[1] for segment in segments)
         self.drafted_tokens += drafted
+        self.gammas.append(drafted)
         key = f"batch {batch_size}, γ {drafted}"
         self.rounds_by_batch[key] = self.rounds_by_batch.get(key, 0) + 1
         self.decode_tokens += committed

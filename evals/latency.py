@@ -45,11 +45,12 @@ from transformers.generation.streamers import BaseStreamer
 from decoding import Budget, DraftingMode, GenerationConfig, Speculation, SpeculativeEngine
 from decoding.backends.few_token_linear import few_token_passes
 from decoding.backends.models import LoadedModel
+from decoding.drafters.ngram import NGramDrafter
 from decoding.stopping import LoopDetector, apply_stops
 from evals.exactness import budget_for, stop_checker
 from evals.harness import Case, plain_greedy_kwargs
 from evals.llamacpp_anchor import LLAMACPP_MODES, generate_timed
-from evals.oracle import bound
+from evals.oracle import bound, replay, schedule_ms, state_acceptance
 from evals.stock_anchor import STOCK_MODE, StockAnchorUnavailable, stock_site
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class Run:
         passes: target forward passes in the decode phase (prefill excluded).
         proposed / accepted: drafted tokens (ours only).
         accepted_by_position / block_sizes: from our stats (plots).
+        gammas: γ drafted per decode-phase pass (ours only; 0 = a plain step).
         finish_reason: ``"eos" | "length" | "repetition"`` (for the anchors: from the stops
             applied to their ids).
         generated: ids generated up to the stop decision, including those a loop stop cut
@@ -94,6 +96,7 @@ class Run:
     accepted: int = 0
     accepted_by_position: list[list[int]] = field(default_factory=list)
     block_sizes: list[int] = field(default_factory=list)
+    gammas: list[int] = field(default_factory=list)
     overhead_ms: float = 0.0
     finish_reason: str | None = None
     generated: int = 0
@@ -251,7 +254,7 @@ def run_ours(engine: SpeculativeEngine, mode: str, case: Case, max_new_tokens: i
     # After a loop stop the result's ids are a prefix of the committed ones: ITL covers the kept ids.
     tokens = result.token_ids
     return Run(tokens, total, s.ttft_ms, _itl(t0, events)[:max(len(tokens) - 1, 0)], s.target_passes, proposed,
-               accepted, s.accepted_by_position, s.block_sizes, s.overhead_ms, result.finish_reason,
+               accepted, s.accepted_by_position, s.block_sizes, s.gammas, s.overhead_ms, result.finish_reason,
                len(tokens) + s.loop_cut_tokens, s.produced)
 
 
@@ -406,23 +409,39 @@ def oracle_summary(engine: SpeculativeEngine, cases: list[Case], runs: dict[str,
     hindsight schedule over one-token steps (the n-gram drafter's proposals on the greedy answer,
     the engine's measured pass costs at the prompt's length) and ``ours_auto``'s measured decode
     speedup as a share of it. The measured speedup is over ``ours_off`` (our loop's one-token steps,
-    what the bound prices) when it was timed, else over ``baseline``."""
+    what the bound prices) when it was timed, else over ``baseline``.
+
+    Beside it, ``policy_share``: the schedule ``ours_auto`` ran (its γ per pass, the median run's)
+    priced like the bound (:func:`~evals.oracle.schedule_ms`), as a share of the bound. It has no
+    timing noise and says what the policy's choices cost; the measured share adds what the pass
+    costs' model misses (and the noise of timing a short answer). And ``states``: the drafter's
+    acceptance per state at every decode position of every question
+    (:func:`~evals.oracle.state_acceptance`), what the policy's priors are read from."""
     num_speculative_tokens = len(engine.core.costs.verify_ms) - 1  # the γ ceiling its costs are calibrated for
     plain = "ours_off" if "ours_off" in runs else baseline
-    rows = []
+    drafter = next(d for d in engine.core.drafters if isinstance(d, NGramDrafter))
+    rows, positions = [], []
     for case, row in zip(cases, per_question):
         greedy = runs[baseline][case.question.id][0].tokens
-        b = bound(case.prompt_ids, case.context_ids, greedy, engine.core.cost_model(len(case.prompt_ids)),
-                  num_speculative_tokens, engine.core.history)
+        costs = engine.core.cost_model(len(case.prompt_ids))
+        replayed = replay(drafter, case.prompt_ids, case.context_ids, greedy, num_speculative_tokens)
+        positions += replayed
+        b = bound([p.accepted for p in replayed], greedy, costs)
         ours = row["modes"]["ours_auto"]["speedup"] / row["modes"][plain]["speedup"]
+        ran = sorted(runs["ours_auto"][case.question.id], key=lambda r: r.decode_ms_per_token)
+        policy_ms = schedule_ms(ran[len(ran) // 2].gammas, costs)
+        policy = b.plain_ms / policy_ms if policy_ms else 1.0
         rows.append({"id": case.question.id, "tokens": b.tokens, "oracle_speedup": round(b.speedup, 3),
                      "oracle_drafted": b.drafted, "ours_auto_speedup": round(ours, 3),
-                     "share": round(ours / b.speedup, 3)})
+                     "share": round(ours / b.speedup, 3), "policy_share": round(policy / b.speedup, 3)})
     med = statistics.median
     return {"over": plain, "gamma_max": num_speculative_tokens, "per_question": rows,
             "oracle_speedup_median": round(med(r["oracle_speedup"] for r in rows), 3),
             "ours_auto_share_median": round(med(r["share"] for r in rows), 3),
-            "ours_auto_share_min": round(min(r["share"] for r in rows), 3)}
+            "ours_auto_share_min": round(min(r["share"] for r in rows), 3),
+            "policy_share_median": round(med(r["policy_share"] for r in rows), 3),
+            "policy_share_min": round(min(r["policy_share"] for r in rows), 3),
+            "states": state_acceptance(positions)}
 
 
 def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case], baseline: str = "hf_greedy") -> dict:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoding.drafters.base import DraftRequest
-from decoding.drafters.ngram import AnswerHistory, NGramDrafter
+from decoding.drafters.ngram import AnswerHistory, NGramDrafter, line_break_ids
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -224,12 +224,14 @@ def test_history_keeps_the_recent_answers_and_their_beginning():
 def test_offer_reports_length_and_state_and_matches_the_proposal():
     d = drafter([A, B, C, D], contexts=[[A, B, C, D, X, Y, Z]], max_ngram=4, min_ngram=1, long_match=3)
     offer = d.offer(8)
-    assert (offer.drafter, offer.max_tokens, offer.state, offer.step_ms) == ("ngram", 3, ("3+", "unanimous"), 0.0)
-    assert "3+-gram match (unanimous)" == offer.description
+    assert (offer.drafter, offer.max_tokens, offer.state, offer.step_ms) == (
+        "ngram", 3, ("3+", "unanimous", "passage"), 0.0)
+    assert "3+-gram match (unanimous, from the passage)" == offer.description
     assert d.propose(8).tokens == [X, Y, Z] and d.propose(2).tokens == [X, Y]
     assert d.offer(2).max_tokens == 2
     ambiguous = drafter([Q, A], contexts=[[A, X], [A, Y]], min_ngram=1)
-    assert ambiguous.offer(4).state == ("1", "ambiguous")
+    assert ambiguous.offer(4).state == ("1", "ambiguous", "passage")
+    assert drafter([A, B, Z, A, B]).offer(1).state == ("2", "unanimous", "prompt")  # the state names the source
     assert drafter([Q, R]).offer(4).max_tokens == 0  # nothing matches: nothing offered
     with pytest.raises(ValueError, match="long_match"):
         NGramDrafter(4, 1, long_match=0)
@@ -250,6 +252,27 @@ def test_propose_after_continues_the_tokens_proposed_before_it():
     assert d.propose(2, after=[B, C]).tokens == [D, X]
     assert d.offer(3, after=[B, C, D]).max_tokens == 2  # X Y: the passage ends
     assert d.propose(3).tokens == [B, C, D]  # without ``after`` the committed sequence alone
+
+
+def test_a_proposal_stays_on_one_line_of_its_source():
+    """With line-break ids, a proposal ends before the first of them, and none starts with one."""
+    NL, DOT_NL = 20, 21
+    source = [A, B, C, D, DOT_NL, X, Y, NL, Z]
+    d = drafter([Q, A], contexts=[source], min_ngram=1, line_breaks=frozenset({NL, DOT_NL}))
+    assert d.propose(8).tokens == [B, C, D] and d.offer(8).max_tokens == 3
+    d.observe([B, C, D])
+    assert d.propose(8).tokens == [] and d.offer(8).max_tokens == 0  # the line ends here: nothing to copy
+    d.observe([DOT_NL])
+    assert d.propose(8).tokens == [X, Y]  # the next line, once the target broke the line itself
+    assert drafter([Q, A], contexts=[source], min_ngram=1).propose(8).tokens == [B, C, D, DOT_NL, X, Y, NL, Z]
+
+
+def test_line_break_ids_are_the_tokens_whose_text_holds_one(tiny_models):
+    tokenizer = tiny_models.tokenizer("big")  # byte-level BPE: "\n" is one of its bytes
+    ids = line_break_ids(tokenizer)
+    assert ids and all("\n" in tokenizer.decode([i]) for i in ids)
+    assert not any("\n" in tokenizer.decode([i]) for i in set(range(len(tokenizer))) - ids)
+    assert set(tokenizer.encode("a\nb", add_special_tokens=False)) & ids
 
 
 def test_a_reproducible_request_does_not_draft_from_earlier_answers():

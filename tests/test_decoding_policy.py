@@ -303,6 +303,8 @@ def test_plain_decoding_when_speculation_never_pays(tiny_models):
     assert result.token_ids == tiny_models.greedy("small", prompt, 20)
     assert result.stats.drafters == {} and result.stats.tau == 1.0
     assert [(s["from"], s["to"]) for s in result.stats.switches] == [("start", "plain")]
+    # the n-gram drafter's declined proposals were measured all the same (off-policy): its states have counts
+    assert any(name.startswith("ngram:") for name in engine.core.acceptance.snapshot())
 
 
 def test_calibration_at_load(tiny_models):

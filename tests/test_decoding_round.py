@@ -61,6 +61,18 @@ def test_a_round_plans_fixed_table_and_adaptive_requests():
     assert plan_round([request(SpeculationMode.OFF, 0)], spec, costs_at, 5) == [PLAIN]
 
 
+def test_a_plan_names_the_free_offers_it_declines():
+    steep = CostModel(tuple(10.0 * (i + 1) for i in range(9)))  # every drafted token costs a full step
+    declined = plan_round([request(SpeculationMode.ADAPTIVE, 4)], BatchSpeculation(), lambda c, r: steep, 5)[0]
+    assert declined.gamma == 0 and [(s.offer.drafter, s.tokens) for s in declined.declined] == [("ngram", 4)]
+    assert declined.declined[0].key == ("ngram", "4+", "unanimous", "")  # measured off-policy in this state
+    drafted = plan_round([request(SpeculationMode.ADAPTIVE, 4)], BatchSpeculation(), costs_at, 5)[0]
+    assert drafted.gamma == 4 and drafted.declined == ()
+    batch = plan_round([request(SpeculationMode.ADAPTIVE, 4)] * 2, BatchSpeculation(), lambda c, r: CostModel(
+        tuple(10.0 * (i + 1) for i in range(r))), 5)
+    assert all(p.gamma == 0 and len(p.declined) == 1 for p in batch)  # a batch's allocation declines them too
+
+
 def test_speculation_modes_parse_from_strings_and_gamma_has_one_bound():
     assert Speculation(mode="table").mode is SpeculationMode.TABLE and SpeculationMode.TABLE == "table"
     assert f"{SpeculationMode.FIXED}" == "fixed"

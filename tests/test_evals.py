@@ -170,12 +170,14 @@ def test_latency_report_shape_and_plots(tiny_engine, tiny_cases, tmp_path):
 
 
 def test_the_hindsight_schedule_drafts_what_is_accepted_where_it_pays():
+    from decoding.drafters.ngram import NGramDrafter
     from decoding.planning.policy import CostModel
     from evals.oracle import accepted_lengths, hindsight_schedule
 
-    # a passage holds the answer's middle: the drafter proposes it once the answer reaches it
-    assert accepted_lengths([1, 2, 3, 4, 5, 6, 7], [[9, 3, 4, 5, 6]], [3, 4, 5, 6, 8],
-                            num_speculative_tokens=4) == [0, 3, 2, 1, 0]
+    # a passage holds the answer's middle: the drafter proposes it once the answer reaches it;
+    # the first token is the prefill's (no position of its own)
+    assert accepted_lengths(NGramDrafter(), [1, 2, 3, 4, 5, 6, 7], [[9, 3, 4, 5, 6]], [3, 4, 5, 6, 8],
+                            num_speculative_tokens=4) == [3, 2, 1, 0]
     linear = CostModel((10.0, 14, 18, 22, 26, 30, 34, 38, 42))
     assert hindsight_schedule([0, 0, 3, 2, 1, 0, 0], linear) == (52.0, [0, 0, 3, 0])  # 4 passes for 7 tokens
     assert hindsight_schedule([8, 7, 6, 5, 4, 3, 2, 1, 0], linear) == (42.0, [8])

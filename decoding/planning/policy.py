@@ -23,7 +23,8 @@ token per single-token pass.
 
 The counts live in an :class:`AcceptanceTable` owned by the engine, so what one request
 measured informs the next; a state not visited drifts back toward its prior, so a state
-benched early is retried. Splitting by match length is what brings the n-gram drafter
+benched early is retried, and a free drafter's proposal the plan declines is measured all the
+same against the tokens the target then commits (:mod:`decoding.planning.shadow`). Splitting by match length is what brings the n-gram drafter
 back when a long match reappears after its short matches stopped paying.
 """
 
@@ -232,10 +233,12 @@ class Segment:
 @dataclass(frozen=True)
 class Decision:
     """One round's plan: segments drafted in order, each continuing the one before (no
-    segment = a plain decode step)."""
+    segment = a plain decode step); ``declined``: free offers (a lookup's) it does not draft,
+    whose proposals are measured off-policy (:mod:`decoding.planning.shadow`)."""
 
     segments: tuple[Segment, ...]
     reason: str
+    declined: tuple[Segment, ...] = ()
 
     @property
     def drafter(self) -> str | None:

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 from decoding.config import SpeculationMode
 from decoding.drafters.base import Drafter, Offer
 from decoding.planning.batch_policy import BatchSpeculation, allocate
-from decoding.planning.policy import PLAIN, CostModel, Decision, DrafterPolicy
+from decoding.planning.policy import PLAIN, CostModel, Decision, DrafterPolicy, Segment
 
 #: What target passes cost: ``costs_at(context, rows)`` is a :class:`CostModel` of passes over
 #: 1..``rows`` new tokens after ``context`` cached tokens (summed over a batch), in ms
@@ -87,6 +87,15 @@ def candidate_chains(drafters: Sequence[Drafter], room: int) -> list[list[Offer]
     return chains
 
 
+def with_declined(plan: Decision, chains: Sequence[Sequence[Offer]], policy: DrafterPolicy) -> Decision:
+    """``plan`` with the free offers among ``chains`` that it does not draft (each drafter's
+    whole offer, keyed in this round's phase): what the request measures off-policy
+    (:mod:`decoding.planning.shadow`)."""
+    used = {s.offer.drafter for s in plan.segments}
+    free = {o.drafter: o for chain in chains for o in chain[:1] if o.step_ms == 0 and o.drafter not in used}
+    return replace(plan, declined=tuple(Segment(o, o.max_tokens, policy.key(o)) for o in free.values()))
+
+
 def fixed_plan(request: RoundRequest, gamma: int) -> Decision:
     """``gamma`` tokens from the request's first drafter, bypassing the policy (fixed γ, as
     gpt-fast's ``speculate_k``); plain without room or drafters."""
@@ -102,7 +111,8 @@ def plan_alone(request: RoundRequest, costs_at: PassCosts, calibrated_rows: int)
     if request.room <= 0 or not request.drafters:
         return PLAIN
     policy = replace(request.policy, costs=costs_at(request.context_tokens, calibrated_rows))
-    return policy.choose(candidate_chains(request.drafters, request.room), request.room)
+    chains = candidate_chains(request.drafters, request.room)
+    return with_declined(policy.choose(chains, request.room), chains, policy)
 
 
 def plan_allocated(adaptive: Sequence[RoundRequest], other_rows: int, batch_size: int, costs: CostModel,
@@ -118,19 +128,21 @@ def plan_allocated(adaptive: Sequence[RoundRequest], other_rows: int, batch_size
             ``speculation.max_rows + other_rows + len(adaptive)`` rows.
         speculation: the batch's row and slowdown limits.
     """
-    curves = [r.policy.curve(candidate_chains(r.drafters, r.room), r.room) for r in adaptive]
+    chains = [candidate_chains(r.drafters, r.room) for r in adaptive]
+    curves = [r.policy.curve(c, r.room) for r, c in zip(adaptive, chains, strict=True)]
     allocation = allocate([{g: (e, ms) for g, (e, ms, _) in c.items()} for c in curves],
                           lambda rows: costs.verify(rows + other_rows),
                           max(speculation.max_rows - other_rows, len(adaptive)), speculation.max_slowdown)
     words = (f"batch of {batch_size}: {allocation.rows + other_rows} rows, expected "
              f"{allocation.round_ms:.0f} ms and {allocation.goodput * 1000:.1f} tokens/s for the batch")
     plans = []
-    for curve, gamma in zip(curves, allocation.gammas, strict=True):
+    for request, chain, curve, gamma in zip(adaptive, chains, curves, allocation.gammas, strict=True):
         if gamma == 0:
-            plans.append(Decision((), f"{words}; drafting would not raise it"))
+            plan = Decision((), f"{words}; drafting would not raise it")
         else:
-            e, _, plan = curve[gamma]
-            plans.append(Decision(plan.segments, f"{words}; γ={gamma}, {e:.2f} tokens expected"))
+            e, _, best = curve[gamma]
+            plan = Decision(best.segments, f"{words}; γ={gamma}, {e:.2f} tokens expected")
+        plans.append(with_declined(plan, chain, request.policy))
     return plans
 
 
