@@ -3,12 +3,12 @@
 On a CPU a verification pass over k rows costs more than one one-token step (2-3.5 steps at 8
 rows on 2 cores), so how much drafting can gain depends on the drafts and on the pass costs.
 The bound: replay the greedy answer, ask the n-gram drafter at every decode position (every
-token after the prefill's first) what it would propose (γ up to the engine's ceiling clipped by the budget left, as a round is:
-:func:`decoding.planning.round.gamma_ceiling`; from the same passages, prompt and answer history), and
-read off how many of those tokens greedy decoding would accept. A schedule that knows this in
-hindsight drafts exactly the accepted tokens where that pays, and nothing elsewhere; its cost
-is the cheapest sequence of passes that commits the answer (dynamic programming over positions),
-each pass priced by the engine's measured pass costs (``verify(k)``: one target pass over k
+token after the prefill's first) what it would propose (γ up to the engine's ceiling clipped by
+the budget left, as a round is: :func:`decoding.planning.round.gamma_ceiling`; from the same
+passages, prompt and answer history), and read off how many of those tokens greedy decoding
+would accept. A schedule that knows this in hindsight drafts exactly the accepted tokens where
+that pays, and nothing elsewhere; its cost is the cheapest sequence of passes that commits the
+answer (dynamic programming over positions), each pass priced by the engine's measured pass costs (``verify(k)``: one target pass over k
 new tokens, :class:`~decoding.planning.policy.CostModel`). Its speedup over one-token steps is
 ``n · verify(1) / T``; ``ours_auto`` measured as a share of it says how much of what the drafter
 offers the cost-aware policy takes. Not counted: drafting's own time (a dictionary lookup for

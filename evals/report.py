@@ -155,8 +155,9 @@ def _oracle_lines(report: dict) -> list[str]:
     if states:
         lines += ["", "The n-gram drafter's acceptance per state at every decode position (replayed, not only where "
                   "the policy drafted):", "", "| state | positions | α₁ | αₙ |", "|---|---|---|---|"]
-        lines += [f"| {name} | {v['positions']} | {v['alpha_first']:.2f} | "
-                  f"{'-' if v['alpha_next'] is None else format(v['alpha_next'], '.2f')} |" for name, v in states.items()]
+        for name, v in states.items():
+            nxt = "-" if v["alpha_next"] is None else f"{v['alpha_next']:.2f}"
+            lines.append(f"| {name} | {v['positions']} | {v['alpha_first']:.2f} | {nxt} |")
     return lines
 
 

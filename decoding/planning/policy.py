@@ -24,8 +24,9 @@ token per single-token pass.
 The counts live in an :class:`AcceptanceTable` owned by the engine, so what one request
 measured informs the next; a state not visited drifts back toward its prior, so a state
 benched early is retried, and a free drafter's proposal the plan declines is measured all the
-same against the tokens the target then commits (:mod:`decoding.planning.shadow`). Splitting by match length is what brings the n-gram drafter
-back when a long match reappears after its short matches stopped paying.
+same against the tokens the target then commits (:mod:`decoding.planning.shadow`). Splitting
+by match length is what brings the n-gram drafter back when a long match reappears after its
+short matches stopped paying.
 """
 
 from __future__ import annotations
