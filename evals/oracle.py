@@ -9,7 +9,8 @@ passages, prompt and answer history), and read off how many of those tokens gree
 would accept. A schedule that knows this in hindsight drafts exactly the accepted tokens where
 that pays, and nothing elsewhere; its cost is the cheapest sequence of passes that commits the
 answer (dynamic programming over positions), each pass priced by the engine's measured pass
-costs (``verify(k)``: one target pass over k new tokens, :class:`~decoding.planning.policy.CostModel`). Its speedup over one-token steps is
+costs (``verify(k)``: one target pass over k new tokens,
+:class:`~decoding.planning.policy.CostModel`). Its speedup over one-token steps is
 ``n · verify(1) / T``; ``ours_auto`` measured as a share of it says how much of what the drafter
 offers the cost-aware policy takes. Not counted: drafting's own time (a dictionary lookup for
 the n-gram drafter), and the draft model (the bound is the n-gram drafter's).
