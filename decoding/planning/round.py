@@ -15,7 +15,9 @@ so a round reads plan → propose → verify → commit (:meth:`decoding.batch.B
    ms, Leviathan et al. 2023 eq. 1) or γ per request from the batch's cost in a batch
    (:func:`plan_allocated`, :func:`~decoding.planning.batch_policy.allocate`).
 
-:func:`plan_round` does all three for one round of a batch. The hindsight bound
+:func:`plan_round` does all three for one round of a batch; an adaptive plan also names the
+free offers it declines (:func:`with_declined`), which the request measures off-policy
+(:mod:`decoding.planning.shadow`). The hindsight bound
 (``evals/oracle.py``) clips its γ with the same :func:`gamma_ceiling`.
 """
 
