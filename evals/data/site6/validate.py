@@ -30,9 +30,7 @@ Exits 0 when everything passes, 1 with one line per problem otherwise.
 
 from __future__ import annotations
 
-import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -40,151 +38,19 @@ REPO = HERE.parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from evals.questions import load_questions  # noqa: E402
-from evals.set_checks import load_corpus, read_jsonl  # noqa: E402
+from evals.set_checks import QuestionRules, check_questions, load_corpus  # noqa: E402
 from ingestion.loaders import load_bytes  # noqa: E402
 
 CORPUS = HERE / "corpus"
 QUESTIONS = HERE / "questions.jsonl"
 
-QUESTION_KEYS = {"id", "question", "answer_span", "sources", "kind", "copy"}
-UNANSWERABLE_KEYS = QUESTION_KEYS | {"names_real"}
-MIN_PER_KIND = {"buried": 4, "terse": 2, "final-fix": 3, "table": 3, "direct": 2, "unanswerable": 2}
-MIN_NAMES_REAL = 1
-MIN_NAMES_FAKE = 1
-QUESTION_RANGE = (16, 16)
+RULES = QuestionRules(r"s6q\d{2}", "s6q01",
+                      {"buried": 4, "terse": 2, "final-fix": 3, "table": 3, "direct": 2, "unanswerable": 2},
+                      question_range=(16, 16), min_names_real=1, min_names_fake=1)
 DOC_RANGE = (25, 35)
 MIN_FORMATS = 5
 LONG_LINES = 60
 MIN_LONG = 4
-#: Identifier-like tokens of a question: something with a digit in it and a letter, hyphen or
-#: dot (``knsd-04``, ``KOPS-214``, ``kwn-2-13``), or a bare number of 5+ digits (a GGUS id).
-IDENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
-
-
-def identifiers(question: str) -> list[str]:
-    out = []
-    for token in IDENT_RE.findall(question):
-        token = token.strip("._/-")
-        if not any(ch.isdigit() for ch in token):
-            continue
-        if token.isdigit():
-            if len(token) >= 5:
-                out.append(token)
-        elif "-" in token and any(ch.isalpha() for ch in token):
-            out.append(token)
-    return out
-
-
-def check_span(where: str, span: str, sources: list[str], question: str, docs: dict[str, str],
-               errors: list[str]) -> None:
-    """Span in the last source, in no other document, not in the question."""
-    unknown = [s for s in sources if s not in docs]
-    for source in unknown:
-        errors.append(f"{where}: source {source!r} is not an ingested document id")
-    if unknown or not sources:
-        return
-    last = sources[-1]
-    if span not in docs[last]:
-        errors.append(f"{where}: answer_span is not an exact substring of the last source {last!r}")
-    others = sorted(doc_id for doc_id, text in docs.items() if doc_id != last and span in text)
-    if others:
-        errors.append(f"{where}: answer_span also occurs in {', '.join(others)}")
-    if span.lower() in question.lower():
-        errors.append(f"{where}: answer_span appears in the question text")
-
-
-def check_questions(docs: dict[str, str], errors: list[str]) -> tuple[Counter, int, int]:
-    kinds: Counter = Counter()
-    names_real = names_fake = 0
-    seen: set[str] = set()
-    corpus_lower = "\n".join(docs.values()).lower()
-    for lineno, row in read_jsonl(QUESTIONS, errors):
-        where = f"questions.jsonl:{lineno} ({row.get('id', '?')})"
-        kind = row.get("kind")
-        expected = UNANSWERABLE_KEYS if kind == "unanswerable" else QUESTION_KEYS
-        if set(row) != expected:
-            errors.append(f"{where}: keys {sorted(row)} != {sorted(expected)}")
-            continue
-        qid, question, span, copy = row["id"], row["question"], row["answer_span"], row["copy"]
-        if not isinstance(qid, str) or not re.fullmatch(r"s6q\d{2}", qid):
-            errors.append(f"{where}: id must look like s6q01")
-        elif qid in seen:
-            errors.append(f"{where}: duplicate id {qid}")
-        else:
-            seen.add(qid)
-        if not isinstance(question, str) or not question.strip():
-            errors.append(f"{where}: 'question' must be a non-empty string")
-            continue
-        if not isinstance(span, str):
-            errors.append(f"{where}: 'answer_span' must be a string")
-            continue
-        if not isinstance(copy, bool):
-            errors.append(f"{where}: 'copy' must be true or false")
-        if kind not in MIN_PER_KIND:
-            errors.append(f"{where}: unknown kind {kind!r} (expected one of {', '.join(MIN_PER_KIND)})")
-            continue
-        kinds[kind] += 1
-        sources = row["sources"]
-        if not isinstance(sources, list) or not all(isinstance(s, str) and s for s in sources):
-            errors.append(f"{where}: 'sources' must be a list of non-empty strings")
-            continue
-        if len(set(sources)) != len(sources):
-            errors.append(f"{where}: 'sources' lists a document twice")
-        if kind == "unanswerable":
-            if span != "" or sources != []:
-                errors.append(f"{where}: unanswerable needs answer_span \"\" and sources []")
-            if copy is not False:
-                errors.append(f"{where}: unanswerable needs copy false")
-            real = row["names_real"]
-            if not isinstance(real, bool):
-                errors.append(f"{where}: 'names_real' must be true or false")
-                continue
-            idents = identifiers(question)
-            present = [t for t in idents if t.lower() in corpus_lower]
-            if real:
-                names_real += 1
-                if not present:
-                    errors.append(f"{where}: names_real true but no identifier of the question occurs in the corpus")
-            else:
-                names_fake += 1
-                if present:
-                    errors.append(f"{where}: names_real false but it names {', '.join(present)}, "
-                                  "which the corpus holds")
-            continue
-        if not span.strip():
-            errors.append(f"{where}: {kind} question needs a non-empty answer_span")
-            continue
-        if span != span.strip():
-            errors.append(f"{where}: answer_span has leading/trailing white space")
-        if not sources:
-            errors.append(f"{where}: {kind} needs at least one source")
-            continue
-        if copy is not True:
-            errors.append(f"{where}: {kind} question needs copy true")
-        check_span(where, span, sources, question, docs, errors)
-    total = sum(kinds.values())
-    for kind, minimum in MIN_PER_KIND.items():
-        if kinds[kind] < minimum:
-            errors.append(f"questions.jsonl: {kinds[kind]} {kind} questions, need at least {minimum}")
-    lo, hi = QUESTION_RANGE
-    if not lo <= total <= hi:
-        errors.append(f"questions.jsonl: {total} questions, expected {lo}-{hi}")
-    if names_real < MIN_NAMES_REAL:
-        errors.append(f"questions.jsonl: {names_real} unanswerable questions with names_real true, "
-                      f"need at least {MIN_NAMES_REAL}")
-    if names_fake < MIN_NAMES_FAKE:
-        errors.append(f"questions.jsonl: {names_fake} unanswerable questions with names_real false, "
-                      f"need at least {MIN_NAMES_FAKE}")
-    try:
-        parsed = load_questions(QUESTIONS)
-    except ValueError as exc:
-        errors.append(f"questions.jsonl: evals.questions.load_questions rejects it ({exc})")
-    else:
-        for q in parsed:
-            if q.answerable != (q.kind != "unanswerable"):
-                errors.append(f"{q.id}: load_questions reads it as answerable={q.answerable} for kind {q.kind!r}")
-    return kinds, names_real, names_fake
 
 
 def check_shape(docs: dict[str, str], errors: list[str]) -> tuple[list[str], int]:
@@ -208,12 +74,12 @@ def main() -> int:
     errors: list[str] = []
     docs = load_corpus(CORPUS, DOC_RANGE, errors)
     formats, long_docs = check_shape(docs, errors)
-    kinds, names_real, names_fake = check_questions(docs, errors)
+    counts = check_questions(QUESTIONS, docs, RULES, errors)
     longest = max((len(text.splitlines()) for text in docs.values()), default=0)
     summary = (f"{len(docs)} documents in {len(formats)} formats ({', '.join(formats)}), {long_docs} of "
-               f"{LONG_LINES}+ lines (longest {longest}); {sum(kinds.values())} questions ("
-               + ", ".join(f"{k} {kinds[k]}" for k in MIN_PER_KIND)
-               + f"); names_real true: {names_real}, false: {names_fake}")
+               f"{LONG_LINES}+ lines (longest {longest}); {sum(counts.kinds.values())} questions ("
+               + ", ".join(f"{k} {counts.kinds[k]}" for k in RULES.min_per_kind)
+               + f"); names_real true: {counts.names_real}, false: {counts.names_fake}")
     if errors:
         print(f"site6 validation FAILED with {len(errors)} problem(s):", file=sys.stderr)
         for err in errors:

@@ -1,0 +1,43 @@
+"""The question schema every long-record eval set's validate.py checks (evals/set_checks.py)."""
+
+from __future__ import annotations
+
+import json
+
+from evals.set_checks import QuestionRules, check_questions
+
+DOCS = {"elog/a.elog#1": "ran: systemctl restart xrootd on xg-01\n", "elog/a.elog#2": "disk swapped\n"}
+RULES = QuestionRules(r"t\d{2}", "t01", {"buried": 1, "unanswerable": 1}, question_range=(2, 3),
+                      min_names_real=1, min_names_fake=0)
+
+
+def write(tmp_path, rows):
+    path = tmp_path / "questions.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def row(qid, kind="buried", span="systemctl restart xrootd", sources=("elog/a.elog#1",), copy=True, **extra):
+    return {"id": qid, "question": "how was xrootd brought back?", "answer_span": span, "sources": list(sources),
+            "kind": kind, "copy": copy, **extra}
+
+
+def test_a_well_formed_set_passes_and_is_counted(tmp_path):
+    errors: list[str] = []
+    path = write(tmp_path, [row("t01"), row("t02", "unanswerable", "", (), False, names_real=True) | {
+        "question": "what is the serial of xg-01?"}])
+    counts = check_questions(path, DOCS, RULES, errors)
+    assert errors == [] and counts.kinds == {"buried": 1, "unanswerable": 1} and counts.names_real == 1
+
+
+def test_each_broken_question_is_a_finding(tmp_path):
+    errors: list[str] = []
+    path = write(tmp_path, [row("x1"), row("t01", span="not in the source"), row("t01", sources=("nope#1",)),
+                            row("t03", "unanswerable", "", (), False, names_real=False) | {
+                                "question": "what broke on xg-01?"}])
+    check_questions(path, DOCS, RULES, errors)
+    text = "\n".join(errors)
+    for finding in ("id must look like t01", "not an exact substring of the last source", "duplicate id t01",
+                    "'nope#1' is not an ingested document id", "names_real false but it names xg-01",
+                    "0 unanswerable questions with names_real true", "4 questions, expected 2-3"):
+        assert finding in text, finding
