@@ -10,18 +10,24 @@
 # some answers (7 of 30 on site2); it paid nothing measurable on an AMD EPYC (evals/results/README.md,
 # "Issue 44 (items 2, 6, 7)"), so it is opt-in for CPUs where sgemm is faster (a stock build's prefill
 # was 1.14x on an Intel Xeon with AVX-512).
+# Always patched with scripts/patches/llama-cpp-kquant-columns.patch: a verification pass of 2-7 rows against a
+# Q4_K/Q6_K weight unpacks each weight row once for all its rows (each row's sum bitwise the one-row kernel's) and
+# takes row chunks as long as a one-token step's; a 2-row pass then costs 1.35 one-token steps instead of 2.1 on
+# 2 AMD EPYC cores (evals/results/README.md, "Verification passes"). x86 with AVX2 only; elsewhere it changes nothing.
 # Native CPU code (-DGGML_NATIVE=ON), so the wheel is kept per CPU feature set under $OPSCOPILOT_WHEEL_CACHE
 # (default ~/.cache/opscopilot/wheels); a later set-up installs it in seconds.
 # About 8-10 minutes on 2 idle cores. If the build fails, this prints why in one line and exits 1.
 set -euo pipefail
 PY=${1:-.venv/bin/python}
 VERSION=0.3.36
-PATCH=$(cd "$(dirname "$0")" && pwd)/patches/llama-cpp-sgemm-min-rows.patch
+PATCHES=$(cd "$(dirname "$0")" && pwd)/patches
+COLUMNS=$PATCHES/llama-cpp-kquant-columns.patch
 case "${OPSCOPILOT_LLAMAFILE:-off}" in
-  off) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"; PATCH=""; built="$ARGS" ;;
-  gated) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"; built="$ARGS patch $(sha256sum < "$PATCH" | cut -c1-12)" ;;
+  off) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"; PATCH=("$COLUMNS") ;;
+  gated) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"; PATCH=("$COLUMNS" "$PATCHES/llama-cpp-sgemm-min-rows.patch") ;;
   *) echo "OPSCOPILOT_LLAMAFILE must be off or gated, got '$OPSCOPILOT_LLAMAFILE'" >&2; exit 1 ;;
 esac
+built="$ARGS patches $(cat "${PATCH[@]}" | sha256sum | cut -c1-12)"
 cpu=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | sha256sum | cut -c1-12)
 key=$(echo "$VERSION $built $cpu $("$PY" -c 'import sys; print(sys.version_info[:2])')" | sha256sum | cut -c1-12)
 dir=${OPSCOPILOT_WHEEL_CACHE:-$HOME/.cache/opscopilot/wheels}/llama-cpp-python-$VERSION-$key
@@ -38,15 +44,15 @@ if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   mkdir -p "$dir"
   src=$(mktemp -d)
   trap 'rm -rf "$src"' EXIT
-  echo "building llama-cpp-python $VERSION from source ($ARGS${PATCH:+, sgemm gated to 8+ rows}): about 8-10 min on 2 cores, once per machine"
+  echo "building llama-cpp-python $VERSION from source ($ARGS, patched: $(for p in "${PATCH[@]}"; do basename "$p" .patch; done | paste -sd ' ')): about 8-10 min on 2 cores, once per machine"
   "$PY" -m pip download -q --no-deps --no-binary :all: -d "$src" "llama-cpp-python==$VERSION" > "$dir/build.log" 2>&1 \
     || fail "no source archive: $(tail -n 1 "$dir/build.log")"
   tar -xzf "$src"/llama_cpp_python-"$VERSION".tar.gz -C "$src" || fail "the source archive did not unpack"
   tree="$src/llama_cpp_python-$VERSION"
-  if [ -n "$PATCH" ]; then
-    patch -p1 -d "$tree" --forward --quiet < "$PATCH" >> "$dir/build.log" 2>&1 \
-      || fail "$(basename "$PATCH") does not apply to llama-cpp-python $VERSION"
-  fi
+  for p in "${PATCH[@]}"; do
+    patch -p1 -d "$tree" --forward --quiet < "$p" >> "$dir/build.log" 2>&1 \
+      || fail "$(basename "$p") does not apply to llama-cpp-python $VERSION"
+  done
   CMAKE_ARGS="$ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$PY" -m pip wheel -q --no-deps --no-cache-dir \
       -w "$dir" "$tree" >> "$dir/build.log" 2>&1 || fail "last line: $(tail -n 1 "$dir/build.log")"
 fi

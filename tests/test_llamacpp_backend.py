@@ -118,14 +118,15 @@ def test_its_plain_greedy_is_llama_cpps_own(qwen, references):
 def test_a_verification_pass_is_bitwise_the_one_token_steps(qwen):
     """Batch invariance: the logits of a k-token pass (one request, and two requests packed)
     equal, bit for bit, those of k one-token steps (llama.cpp without llamafile's sgemm, or
-    with it gated to 8+ rows: scripts/build_llama_cpp.sh; weights not repacked, one KV stream per sequence)."""
+    with it gated to 8+ rows, and with the several-row K-quant kernel of 2-7 rows in groups of 4, 3 and 2:
+    scripts/build_llama_cpp.sh; weights not repacked, one KV stream per sequence)."""
     (prompt, _), (other, _) = _prompts(qwen)[:2]
     answer = _greedy(qwen, prompt, 12)
     solo, mate = qwen.new_cache(0), qwen.new_cache(0)
     try:
         steps = [qwen.prefill(prompt, solo)]
         steps += [qwen.forward([([t], solo)])[0][0] for t in answer[:11]]
-        for k in (2, 3, 4, 8, 11):
+        for k in (2, 3, 4, 5, 6, 7, 8, 11):
             qwen.rollback(solo, len(prompt))
             assert torch.equal(qwen.forward([(answer[:k], solo)])[0], torch.stack(steps[1:k + 1])), k
         qwen.rollback(solo, len(prompt))

@@ -73,9 +73,10 @@ PREFILL_RUN = N_BATCH
 #: Most tokens one verification ``llama_decode`` carries. From 8 rows on, ggml's CPU backend
 #: computes K-quant matrix products with its tiled kernel (``ggml-cpu/tiled``, "profitable at
 #: rows >= 8"), whose sums differ from the one-row kernel's (|Δlogit| up to 0.57 measured on the
-#: 1.5B); below 8, every row's logits are bitwise those of a one-token step. A larger pass is run
-#: as consecutive passes of at most this many tokens: on 2 cores a row costs about the same
-#: either way (evals/results/README.md, "llama.cpp backend").
+#: 1.5B); below 8, every row's logits are bitwise those of a one-token step, also with the build's
+#: several-row K-quant kernel (``scripts/patches/llama-cpp-kquant-columns.patch``: a 2-row pass costs
+#: 1.35 one-token steps and a 7-row one 3.2 on 2 AMD EPYC cores, evals/results/README.md "Verification
+#: passes"). A larger pass is run as consecutive passes of at most this many tokens.
 MAX_PASS_ROWS = 7
 
 #: One request's context window by default (tokens): the service's prompt budget (2,048) plus
