@@ -138,6 +138,23 @@ def test_a_verification_pass_is_bitwise_the_one_token_steps(qwen):
         qwen.release(mate)
 
 
+
+def test_the_build_carries_the_several_row_kquant_kernel():
+    """``scripts/build_llama_cpp.sh`` patches ggml's CPU backend with
+    ``scripts/patches/llama-cpp-kquant-columns.patch``; where llama.cpp's kernels use AVX2 the
+    several-row kernels are in its library (a build that lost the patch fails here, not only in speed)."""
+    import ctypes
+    from pathlib import Path
+
+    import llama_cpp
+
+    from decoding.backends.cpu import cpu_report
+
+    if "AVX2" not in cpu_report().llama_cpp:
+        pytest.skip("the several-row kernels are x86 AVX2 code")
+    lib = ctypes.CDLL(str(next((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.so*"))))
+    assert hasattr(lib, "ggml_vec_dot_q4_K_q8_K_cols") and hasattr(lib, "ggml_vec_dot_q6_K_q8_K_cols")
+
 @pytest.mark.parametrize("mode", ["off", "ngram", "auto"])
 def test_every_mode_equals_the_backends_greedy_solo_and_batched(qwen_engine, references, mode):
     cases = _prompts(qwen_engine.target)
