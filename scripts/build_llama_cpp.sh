@@ -12,8 +12,9 @@
 # was 1.14x on an Intel Xeon with AVX-512).
 # Always patched with scripts/patches/llama-cpp-kquant-columns.patch: a verification pass of 2-7 rows against a
 # Q4_K/Q6_K weight unpacks each weight row once for all its rows (each row's sum bitwise the one-row kernel's) and
-# takes row chunks as long as a one-token step's; a 2-row pass then costs 1.35 one-token steps instead of 2.1 on
-# 2 AMD EPYC cores (evals/results/README.md, "Verification passes"). x86 with AVX2 only; elsewhere it changes nothing.
+# takes row chunks as long as a one-token step's; a 2-row pass then costs 1.3 one-token steps instead of 2.1 on
+# 2 AMD EPYC cores (evals/results/README.md, "Verification passes of 2–7 rows"). x86 with AVX2 only; elsewhere
+# it changes nothing.
 # Native CPU code (-DGGML_NATIVE=ON), so the wheel is kept per CPU feature set under $OPSCOPILOT_WHEEL_CACHE
 # (default ~/.cache/opscopilot/wheels); a later set-up installs it in seconds.
 # About 8-10 minutes on 2 idle cores. If the build fails, this prints why in one line and exits 1.

@@ -75,8 +75,8 @@ PREFILL_RUN = N_BATCH
 #: rows >= 8"), whose sums differ from the one-row kernel's (|Δlogit| up to 0.57 measured on the
 #: 1.5B); below 8, every row's logits are bitwise those of a one-token step, also with the build's
 #: several-row K-quant kernel (``scripts/patches/llama-cpp-kquant-columns.patch``: a 2-row pass costs
-#: 1.35 one-token steps and a 7-row one 3.2 on 2 AMD EPYC cores, evals/results/README.md "Verification
-#: passes"). A larger pass is run as consecutive passes of at most this many tokens.
+#: 1.3 one-token steps and a 7-row one 3.1 on 2 AMD EPYC cores, evals/results/README.md "Verification
+#: passes of 2–7 rows"). A larger pass is run as consecutive passes of at most this many tokens.
 MAX_PASS_ROWS = 7
 
 #: One request's context window by default (tokens): the service's prompt budget (2,048) plus
