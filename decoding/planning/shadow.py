@@ -4,9 +4,9 @@ The policy learns a drafting state's acceptance only from the rounds that draft 
 state it declines keeps its prior: where a k-row pass costs more than one step (1.3 steps at 2
 rows on 2 CPU cores; 2 before the build's several-row kernel), a short match priced at a cautious
 prior is never tried, and never learned. The n-gram drafter's proposals cost nothing (a
-dictionary lookup), so every round can also ask it what it *would* have drafted: a proposal the plan declined is kept as a
-*shadow*, compared with the tokens the round and the next ones commit, and booked into the
-acceptance table when the comparison ends (the first mismatch, or the whole proposal
+dictionary lookup), so every round can also ask it what it *would* have drafted: a proposal the
+plan declined is kept as a *shadow*, compared with the tokens the round and the next ones commit,
+and booked into the acceptance table when the comparison ends (the first mismatch, or the whole proposal
 matched) — the measurement a drafted round would have given, at no cost. Under greedy
 decoding the committed tokens are exactly what verification would have accepted; under
 sampling a point-mass draft token is accepted with the target's probability of it, which is
