@@ -138,7 +138,6 @@ def test_a_verification_pass_is_bitwise_the_one_token_steps(qwen):
         qwen.release(mate)
 
 
-
 def test_the_build_carries_the_several_row_kquant_kernel():
     """``scripts/build_llama_cpp.sh`` patches ggml's CPU backend with
     ``scripts/patches/llama-cpp-kquant-columns.patch``; where llama.cpp's kernels use AVX2 the
