@@ -1,11 +1,13 @@
 """What every eval set's ``validate.py`` checks the same way: its corpus reads as the ingester reads
 it, its question files are JSON Lines of objects, and (the long-record sets site5 and site6) its
-questions follow one schema (:func:`check_questions`). Each finding is appended to ``errors``."""
+questions follow one schema (:func:`check_questions`). Each finding is appended to ``errors``;
+:func:`report` prints the outcome and gives the exit code."""
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,3 +234,16 @@ def _check_counts(path: Path, counts: QuestionCounts, rules: QuestionRules, erro
         for q in parsed:
             if q.answerable != (q.kind != "unanswerable"):
                 errors.append(f"{q.id}: load_questions reads it as answerable={q.answerable} for kind {q.kind!r}")
+
+
+def report(name: str, summary: str, errors: list[str]) -> int:
+    """Print a set's validation outcome: ``<name> validation OK: <summary>`` on stdout, or every finding
+    and the summary on stderr. Returns the exit code (0 when ``errors`` is empty, else 1)."""
+    if errors:
+        print(f"{name} validation FAILED with {len(errors)} problem(s):", file=sys.stderr)
+        for err in errors:
+            print("  - " + err, file=sys.stderr)
+        print(summary, file=sys.stderr)
+        return 1
+    print(f"{name} validation OK: " + summary)
+    return 0

@@ -41,3 +41,13 @@ def test_each_broken_question_is_a_finding(tmp_path):
                     "'nope#1' is not an ingested document id", "names_real false but it names xg-01",
                     "0 unanswerable questions with names_real true", "4 questions, expected 2-3"):
         assert finding in text, finding
+
+
+def test_report_gives_the_exit_code_and_says_every_finding(capsys):
+    from evals.set_checks import report
+
+    assert report("siteX", "3 documents", []) == 0
+    assert capsys.readouterr().out == "siteX validation OK: 3 documents\n"
+    assert report("siteX", "3 documents", ["q1: span not in its source", "q2: unknown kind"]) == 1
+    err = capsys.readouterr().err
+    assert "siteX validation FAILED with 2 problem(s)" in err and "  - q2: unknown kind" in err

@@ -42,7 +42,7 @@ REPO = HERE.parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from evals.set_checks import load_corpus, read_jsonl  # noqa: E402
+from evals.set_checks import load_corpus, read_jsonl, report  # noqa: E402
 
 CORPUS = HERE / "corpus"
 QUESTIONS = HERE / "questions.jsonl"
@@ -198,14 +198,7 @@ def main() -> int:
     summary = (f"{len(docs)} documents; {sum(kinds.values())} questions ("
                + ", ".join(f"{k} {kinds[k]}" for k in MIN_PER_KIND)
                + f"; {names_real} unanswerable name a real host/ticket)")
-    if errors:
-        print(f"longrec validation FAILED with {len(errors)} problem(s):", file=sys.stderr)
-        for err in errors:
-            print("  - " + err, file=sys.stderr)
-        print(summary, file=sys.stderr)
-        return 1
-    print("longrec validation OK: " + summary)
-    return 0
+    return report("longrec", summary, errors)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ REPO = HERE.parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from evals.set_checks import load_corpus, read_jsonl  # noqa: E402
+from evals.set_checks import load_corpus, read_jsonl, report  # noqa: E402
 
 CORPUS = HERE / "corpus"
 QUESTIONS = HERE / "questions.jsonl"
@@ -180,14 +180,7 @@ def main() -> int:
     followups = check_followups(docs, seen, errors)
     summary = (f"{len(docs)} documents; {sum(kinds.values())} questions ("
                + ", ".join(f"{k} {kinds[k]}" for k in MIN_PER_KIND) + f"); {followups} follow-ups")
-    if errors:
-        print(f"site4 validation FAILED with {len(errors)} problem(s):", file=sys.stderr)
-        for err in errors:
-            print("  - " + err, file=sys.stderr)
-        print(summary, file=sys.stderr)
-        return 1
-    print("site4 validation OK: " + summary)
-    return 0
+    return report("site4", summary, errors)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ REPO = HERE.parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from evals.set_checks import QuestionRules, check_questions, load_corpus  # noqa: E402
+from evals.set_checks import QuestionRules, check_questions, load_corpus, report  # noqa: E402
 
 CORPUS = HERE / "corpus"
 QUESTIONS = HERE / "questions.jsonl"
@@ -55,14 +55,7 @@ def main() -> int:
     summary = (f"{len(docs)} documents; {sum(counts.kinds.values())} questions ("
                + ", ".join(f"{k} {counts.kinds[k]}" for k in RULES.min_per_kind)
                + f"); names_real true: {counts.names_real}")
-    if errors:
-        print(f"site5 validation FAILED with {len(errors)} problem(s):", file=sys.stderr)
-        for err in errors:
-            print("  - " + err, file=sys.stderr)
-        print(summary, file=sys.stderr)
-        return 1
-    print("site5 validation OK: " + summary)
-    return 0
+    return report("site5", summary, errors)
 
 
 if __name__ == "__main__":

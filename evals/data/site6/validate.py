@@ -38,7 +38,7 @@ REPO = HERE.parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from evals.set_checks import QuestionRules, check_questions, load_corpus  # noqa: E402
+from evals.set_checks import QuestionRules, check_questions, load_corpus, report  # noqa: E402
 from ingestion.loaders import load_bytes  # noqa: E402
 
 CORPUS = HERE / "corpus"
@@ -80,14 +80,7 @@ def main() -> int:
                f"{LONG_LINES}+ lines (longest {longest}); {sum(counts.kinds.values())} questions ("
                + ", ".join(f"{k} {counts.kinds[k]}" for k in RULES.min_per_kind)
                + f"); names_real true: {counts.names_real}, false: {counts.names_fake}")
-    if errors:
-        print(f"site6 validation FAILED with {len(errors)} problem(s):", file=sys.stderr)
-        for err in errors:
-            print("  - " + err, file=sys.stderr)
-        print(summary, file=sys.stderr)
-        return 1
-    print("site6 validation OK: " + summary)
-    return 0
+    return report("site6", summary, errors)
 
 
 if __name__ == "__main__":
