@@ -15,6 +15,10 @@
 # takes row chunks as long as a one-token step's; a 2-row pass then costs 1.3 one-token steps instead of 2.1 on
 # 2 AMD EPYC cores (evals/results/README.md, "Verification passes of 2–7 rows"). x86 with AVX2 only; elsewhere
 # it changes nothing.
+# Always patched with scripts/patches/llama-cpp-lazy-zero-buffers.patch: a CPU buffer llama.cpp allocates and zeroes
+# (the KV cache: 10 sequences x 2,048 cells, 560 MiB for the 1.5B) is zeroed by handing its pages back (Linux
+# MADV_DONTNEED, which leaves them reading as zeros) instead of writing every page, so the KV cells cost memory
+# only once used: serving RSS 2.70 -> 2.13 GB after two questions (evals/results/issue44/memory/README.md).
 # Native CPU code (-DGGML_NATIVE=ON), so the wheel is kept per CPU feature set under $OPSCOPILOT_WHEEL_CACHE
 # (default ~/.cache/opscopilot/wheels); a later set-up installs it in seconds.
 # About 8-10 minutes on 2 idle cores. If the build fails, this prints why in one line and exits 1.
@@ -22,10 +26,10 @@ set -euo pipefail
 PY=${1:-.venv/bin/python}
 VERSION=0.3.36
 PATCHES=$(cd "$(dirname "$0")" && pwd)/patches
-COLUMNS=$PATCHES/llama-cpp-kquant-columns.patch
+ALWAYS=("$PATCHES/llama-cpp-kquant-columns.patch" "$PATCHES/llama-cpp-lazy-zero-buffers.patch")
 case "${OPSCOPILOT_LLAMAFILE:-off}" in
-  off) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"; PATCH=("$COLUMNS") ;;
-  gated) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"; PATCH=("$COLUMNS" "$PATCHES/llama-cpp-sgemm-min-rows.patch") ;;
+  off) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"; PATCH=("${ALWAYS[@]}") ;;
+  gated) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"; PATCH=("${ALWAYS[@]}" "$PATCHES/llama-cpp-sgemm-min-rows.patch") ;;
   *) echo "OPSCOPILOT_LLAMAFILE must be off or gated, got '$OPSCOPILOT_LLAMAFILE'" >&2; exit 1 ;;
 esac
 built="$ARGS patches $(cat "${PATCH[@]}" | sha256sum | cut -c1-12)"

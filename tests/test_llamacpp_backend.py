@@ -154,6 +154,35 @@ def test_the_build_carries_the_several_row_kquant_kernel():
     lib = ctypes.CDLL(str(next((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.so*"))))
     assert hasattr(lib, "ggml_vec_dot_q4_K_q8_K_cols") and hasattr(lib, "ggml_vec_dot_q6_K_q8_K_cols")
 
+
+
+def test_the_kv_cache_takes_memory_only_once_its_cells_are_used(qwen, qwen_gguf_cache):
+    """``scripts/build_llama_cpp.sh`` patches ggml with ``scripts/patches/llama-cpp-lazy-zero-buffers.patch``:
+    a context reserving 8 sequences × 2,048 cells (192 MiB of KV for the 0.5B) adds far less than that
+    to the resident set until they are written, and a request's logits stay its one-token steps'."""
+    import sys
+
+    from decoding.backends.llamacpp import LlamaCppModel, LlamaCppOptions, embedded_gguf
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the pages are handed back with Linux's madvise")
+
+    def anon_kib() -> int:
+        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+        return int(status["RssAnon"].split()[0])
+
+    before = anon_kib()
+    big = LlamaCppModel(embedded_gguf(QWEN_CODER_05B, qwen_gguf_cache), qwen.tokenizer, "qwen-0.5b",
+                        LlamaCppOptions(window=2048, n_seq_max=8))
+    try:
+        grown_mib = (anon_kib() - before) / 1024
+        assert grown_mib < 192 / 2, f"creating the context made {grown_mib:.0f} MiB resident"
+        prompt = _prompts(qwen)[0][0]
+        assert _greedy(big, prompt, 8) == _greedy(qwen, prompt, 8)
+    finally:
+        big.close()
+
+
 @pytest.mark.parametrize("mode", ["off", "ngram", "auto"])
 def test_every_mode_equals_the_backends_greedy_solo_and_batched(qwen_engine, references, mode):
     cases = _prompts(qwen_engine.target)
@@ -224,6 +253,15 @@ def test_sequences_are_pooled_and_bad_passes_are_refused(qwen):
             qwen.forward([([], cache)])
     finally:
         qwen.release(cache)
+
+
+@pytest.mark.parametrize("chunk, run", [(0, 128), (64, 32), (64, 1024)])
+def test_a_prefill_run_shorter_than_its_chunk_or_past_the_batch_is_refused(qwen, qwen_gguf_cache, chunk, run):
+    from decoding.backends.llamacpp import LlamaCppModel, LlamaCppOptions, embedded_gguf
+
+    with pytest.raises(ValueError, match="prefill_chunk <= prefill_run <= 512"):
+        LlamaCppModel(embedded_gguf(QWEN_CODER_05B, qwen_gguf_cache), qwen.tokenizer, "qwen-0.5b",
+                      LlamaCppOptions(prefill_chunk=chunk, prefill_run=run))
 
 
 def test_whole_chunks_are_prefilled_together_and_the_last_partial_one_alone(qwen):

@@ -64,11 +64,14 @@ PREFILL_CHUNK = 64
 #: Most tokens one prefill ``llama_decode`` takes when a call brings several whole chunks (a lone
 #: request's prompt, or the rest of a newcomer's once nothing else decodes): whole chunks merged, the
 #: prompt's last partial chunk on its own (merged into a run, a chunk of under 8 rows would switch
-#: ggml's kernel and change its sums). Measured bitwise the same as chunk by chunk (the logits of the
-#: last prompt position and of the 8 greedy steps after it, prompts of 300, 580 and 1,000 tokens, the
-#: 1.5B on an AMD EPYC with AVX-512, 2 threads) at 1.12-1.23x the throughput: ``evals/prefill_invariance.py``,
-#: evals/results/README.md "Issue 44".
-PREFILL_RUN = N_BATCH
+#: ggml's kernel and change its sums); also llama.cpp's micro-batch, which sizes its compute buffer
+#: (76 MiB at 128 tokens, 303 MiB at 512). Measured bitwise the same as chunk by chunk (the logits of
+#: the last prompt position and of the 8 greedy steps after it, prompts of 300 to 1,600 tokens, the
+#: 1.5B on an AMD EPYC with AVX-512, 2 threads) in runs of 128, 256 and 512, at 1.08-1.22x the
+#: throughput of 64-token calls and the same throughput for all three run sizes (218 / 218 / 221 tokens/s
+#: at 1,000 tokens, interleaved): ``evals/prefill_invariance.py``, evals/results/issue44/prefill_runs.json.
+#: So the smallest: serving RSS 0.1 GB lower under load (evals/results/issue44/memory/README.md).
+PREFILL_RUN = 128
 
 #: Most tokens one verification ``llama_decode`` carries. From 8 rows on, ggml's CPU backend
 #: computes K-quant matrix products with its tiled kernel (``ggml-cpu/tiled``, "profitable at
@@ -153,6 +156,8 @@ class LlamaCppOptions:
             4+ rows sums differently from its one-row kernel, so verification would not be
             bitwise the one-token steps).
         prefill_chunk: tokens per prefill step (1..:data:`N_BATCH`), the fixed boundary.
+        prefill_run: most tokens one prefill ``llama_decode`` takes (``prefill_chunk``..:data:`N_BATCH`),
+            also llama.cpp's micro-batch (``n_ubatch``), which sizes its compute buffer.
     """
 
     n_threads: int = 2
@@ -161,6 +166,7 @@ class LlamaCppOptions:
     flash_attn: bool = False
     repack: bool = False
     prefill_chunk: int = PREFILL_CHUNK
+    prefill_run: int = PREFILL_RUN
 
 
 class LlamaCppModel:
@@ -176,13 +182,17 @@ class LlamaCppModel:
         max_positions: one request's context window in tokens: ``options.window``, capped by the
             model's training context.
 
-    KV memory: ``window × n_seq_max`` cells of f16 keys and values, allocated up front (28 KB a
-    cell for the Qwen2.5-Coder 1.5B: 0.86 GB at the defaults the service uses, 3,072 × 10).
+    KV memory: ``window × n_seq_max`` cells of f16 keys and values, reserved up front (28 KB a
+    cell for the Qwen2.5-Coder 1.5B: 560 MiB at the service's 2,048 × 10) and resident only once
+    written: the build zeroes it by handing its pages back
+    (``scripts/patches/llama-cpp-lazy-zero-buffers.patch``). Values are stored transposed (no flash
+    attention), so a sequence's first write makes its whole V stream resident (28 MiB), its K
+    stream as its cells fill.
 
     Raises:
         LlamaCppUnavailable: llama-cpp-python is not installed.
         ModelLoadError: the file is missing or llama.cpp cannot load it.
-        ValueError: ``prefill_chunk`` out of range.
+        ValueError: ``prefill_chunk`` or ``prefill_run`` out of range.
     """
 
     backend = "llama.cpp"
@@ -191,8 +201,9 @@ class LlamaCppModel:
     def __init__(self, gguf: Path, tokenizer: PreTrainedTokenizerBase, name: str,
                  options: LlamaCppOptions = LlamaCppOptions()) -> None:
         n_threads, n_seq_max, prefill_chunk = options.n_threads, options.n_seq_max, options.prefill_chunk
-        if not 1 <= prefill_chunk <= N_BATCH:
-            raise ValueError(f"prefill_chunk must be 1..{N_BATCH} tokens, got {prefill_chunk}")
+        if not 1 <= prefill_chunk <= options.prefill_run <= N_BATCH:
+            raise ValueError(f"need 1 <= prefill_chunk <= prefill_run <= {N_BATCH} tokens, got "
+                             f"{prefill_chunk} and {options.prefill_run}")
         self.prefill_chunk = prefill_chunk
         lib = self._lib = llama_lib()
         if not Path(gguf).is_file():
@@ -206,7 +217,7 @@ class LlamaCppModel:
             raise ModelLoadError(f"cannot load model {name!r}: llama.cpp refused {gguf}")
         window = max(1, min(options.window, int(lib.llama_model_n_ctx_train(self._model))))
         cparams = lib.llama_context_default_params()
-        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = window * n_seq_max, N_BATCH, N_BATCH
+        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = window * n_seq_max, N_BATCH, options.prefill_run
         cparams.n_seq_max, cparams.kv_unified = n_seq_max, False
         cparams.n_threads = cparams.n_threads_batch = n_threads
         cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if options.flash_attn else \
@@ -294,11 +305,11 @@ class LlamaCppModel:
     def _run_length(self, length: int, left: int) -> int:
         """Tokens of the next prefill ``llama_decode`` for a sequence of ``length`` positions with ``left``
         prompt tokens to go: up to the next chunk boundary; from a boundary, as many whole chunks as
-        :data:`PREFILL_RUN` holds (at least one); the last, partial chunk alone."""
+        ``options.prefill_run`` holds (at least one); the last, partial chunk alone."""
         chunk = self.prefill_chunk
         if length % chunk or left <= chunk:
             return min(left, chunk - length % chunk)
-        return max(chunk, min(left // chunk * chunk, PREFILL_RUN // chunk * chunk))
+        return max(chunk, min(left // chunk * chunk, self.options.prefill_run // chunk * chunk))
 
     def forward(self, rows: Sequence[tuple[Sequence[int], KVCache]]) -> list[torch.Tensor]:
         """One pass over every request's new tokens, logits at each of them: one ``llama_decode``
