@@ -155,27 +155,23 @@ def test_the_build_carries_the_several_row_kquant_kernel():
     assert hasattr(lib, "ggml_vec_dot_q4_K_q8_K_cols") and hasattr(lib, "ggml_vec_dot_q6_K_q8_K_cols")
 
 
-
 def test_the_kv_cache_takes_memory_only_once_its_cells_are_used(qwen, qwen_gguf_cache):
     """``scripts/build_llama_cpp.sh`` patches ggml with ``scripts/patches/llama-cpp-lazy-zero-buffers.patch``:
     a context reserving 8 sequences × 2,048 cells (192 MiB of KV for the 0.5B) adds far less than that
-    to the resident set until they are written, and a request's logits stay its one-token steps'."""
+    to the resident set until they are written, and it decodes the same greedy tokens as the fixture's context."""
+    import os
     import sys
 
     from decoding.backends.llamacpp import LlamaCppModel, LlamaCppOptions, embedded_gguf
+    from evals.serve_memory import memory
 
     if not sys.platform.startswith("linux"):
         pytest.skip("the pages are handed back with Linux's madvise")
-
-    def anon_kib() -> int:
-        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
-        return int(status["RssAnon"].split()[0])
-
-    before = anon_kib()
+    before = memory(os.getpid())["RssAnon_mib"]
     big = LlamaCppModel(embedded_gguf(QWEN_CODER_05B, qwen_gguf_cache), qwen.tokenizer, "qwen-0.5b",
                         LlamaCppOptions(window=2048, n_seq_max=8))
     try:
-        grown_mib = (anon_kib() - before) / 1024
+        grown_mib = memory(os.getpid())["RssAnon_mib"] - before
         assert grown_mib < 192 / 2, f"creating the context made {grown_mib:.0f} MiB resident"
         prompt = _prompts(qwen)[0][0]
         assert _greedy(big, prompt, 8) == _greedy(qwen, prompt, 8)
