@@ -59,7 +59,7 @@ def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int, default_ba
             # With a draft model Llama keeps every position's logits, but sizes that buffer by
             # ``logits_all`` alone (0.3.36): it must be asked for, or the first prefill overflows it.
             llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 2048), n_threads=target.options.n_threads,
-                        n_threads_batch=target.options.n_threads, flash_attn=target.options.flash_attn,
+                        n_threads_batch=target.options.n_threads, flash_attn=target.flash_attn,
                         draft_model=draft, logits_all=draft is not None, verbose=False,
                         **({} if default_batch else {"n_batch": target.prefill_chunk,
                                                      "n_ubatch": target.prefill_chunk}))

@@ -19,6 +19,11 @@
 # (the KV cache: 10 sequences x 2,048 cells, 560 MiB for the 1.5B) is zeroed by handing its pages back (Linux
 # MADV_DONTNEED, which leaves them reading as zeros) instead of writing every page, so the KV cells cost memory
 # only once used: serving RSS 2.70 -> 2.13 GB after two questions (evals/results/issue44/memory/README.md).
+# Always patched with scripts/patches/llama-cpp-flash-attn-rows.patch: flash attention attends every query row alone
+# over fixed 32-cell tiles (stock llama.cpp splits a lone row's KV across threads from 512 cells and tiles 64+ rows,
+# each summing differently), so with it on a verification pass stays bitwise the one-token steps; values are then
+# stored a cell per row and a sequence's KV becomes resident as it fills. The loader turns flash attention on where
+# llama.cpp's system info lists FA_ROWWISE (evals/results/README.md, "Row-wise flash attention").
 # Native CPU code (-DGGML_NATIVE=ON), so the wheel is kept per CPU feature set under $OPSCOPILOT_WHEEL_CACHE
 # (default ~/.cache/opscopilot/wheels); a later set-up installs it in seconds.
 # About 8-10 minutes on 2 idle cores. If the build fails, this prints why in one line and exits 1.
@@ -26,7 +31,8 @@ set -euo pipefail
 PY=${1:-.venv/bin/python}
 VERSION=0.3.36
 PATCHES=$(cd "$(dirname "$0")" && pwd)/patches
-ALWAYS=("$PATCHES/llama-cpp-kquant-columns.patch" "$PATCHES/llama-cpp-lazy-zero-buffers.patch")
+ALWAYS=("$PATCHES/llama-cpp-kquant-columns.patch" "$PATCHES/llama-cpp-lazy-zero-buffers.patch"
+        "$PATCHES/llama-cpp-flash-attn-rows.patch")
 case "${OPSCOPILOT_LLAMAFILE:-off}" in
   off) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=OFF"; PATCH=("${ALWAYS[@]}") ;;
   gated) ARGS="-DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON"; PATCH=("${ALWAYS[@]}" "$PATCHES/llama-cpp-sgemm-min-rows.patch") ;;

@@ -155,10 +155,62 @@ def test_the_build_carries_the_several_row_kquant_kernel():
     assert hasattr(lib, "ggml_vec_dot_q4_K_q8_K_cols") and hasattr(lib, "ggml_vec_dot_q6_K_q8_K_cols")
 
 
+def test_flash_attention_is_the_builds_rowwise_kernel_and_bitwise_past_512_cells(qwen):
+    """``scripts/patches/llama-cpp-flash-attn-rows.patch`` attends every query row alone over fixed tiles,
+    so with flash attention on a verification pass is bitwise the one-token steps also past 512 KV cells,
+    where stock llama.cpp splits a lone row's cells across threads (and sums them differently)."""
+    from decoding.backends.cpu import cpu_report
+    from decoding.backends.llamacpp import ROWWISE_FLASH_ATTN
+
+    assert ROWWISE_FLASH_ATTN in cpu_report().llama_cpp and qwen.flash_attn
+    prompt = _prompts(qwen)[0][0]
+    prompt = prompt[:-8] * (700 // len(prompt) + 1) + prompt[-8:]  # over 512 cells, ending as the template does
+    answer = _greedy(qwen, prompt, 8)
+    solo, mate = qwen.new_cache(0), qwen.new_cache(0)
+    try:
+        steps = [qwen.prefill(prompt, solo)]
+        steps += [qwen.forward([([t], solo)])[0][0] for t in answer[:7]]
+        for k in (2, 4, 7):
+            qwen.rollback(solo, len(prompt))
+            assert torch.equal(qwen.forward([(answer[:k], solo)])[0], torch.stack(steps[1:k + 1])), k
+        qwen.rollback(solo, len(prompt))
+        qwen.prefill(prompt[:300], mate)
+        packed = qwen.forward([(answer[:3], solo), (answer[:2], mate)])
+        assert torch.equal(packed[0], torch.stack(steps[1:4]))
+    finally:
+        qwen.release(solo)
+        qwen.release(mate)
+
+
+def test_the_flash_attention_benchmark_times_a_prompt_and_checks_its_passes(qwen):
+    """``evals.flash_attn_ab``'s pieces on the 0.5B: a prefill and its greedy steps, then the passes' check."""
+    from evals.flash_attn_ab import STEPS, measure, passes_are_bitwise
+
+    prompt = _prompts(qwen)[0][0]
+    got = measure(qwen, prompt)
+    assert got["tokens_per_s"] > 0 and got["step_ms"] > 0 and len(got["tokens"]) == STEPS == len(got["rows"]) - 1
+    assert passes_are_bitwise(qwen, prompt, got["tokens"], got["rows"])
+    assert not passes_are_bitwise(qwen, prompt, got["tokens"][::-1], got["rows"])
+
+
+def test_flash_attention_needs_the_rowwise_kernel(monkeypatch):
+    """Without the build's row-wise kernel flash attention is off by default, and refused when asked for."""
+    import decoding.backends.cpu as cpu
+    from decoding.backends.llamacpp import ROWWISE_FLASH_ATTN, _flash_attn
+
+    stock = cpu.CpuReport("a CPU", (), tuple(f for f in cpu.cpu_report().llama_cpp if f != ROWWISE_FLASH_ATTN))
+    monkeypatch.setattr(cpu, "cpu_report", lambda: stock)
+    assert _flash_attn(None) is False and _flash_attn(False) is False
+    with pytest.raises(ValueError, match="row-wise flash attention"):
+        _flash_attn(True)
+
+
 def test_the_kv_cache_takes_memory_only_once_its_cells_are_used(qwen, qwen_gguf_cache):
     """``scripts/build_llama_cpp.sh`` patches ggml with ``scripts/patches/llama-cpp-lazy-zero-buffers.patch``:
     a context reserving 8 sequences × 2,048 cells (192 MiB of KV for the 0.5B) adds far less than that
-    to the resident set until they are written, and it decodes the same greedy tokens as the fixture's context."""
+    to the resident set until they are written, and it decodes the same greedy tokens as the fixture's context.
+    With flash attention values are stored a cell per row: a short prompt in each of the 8 sequences makes
+    its cells resident, not the sequences' whole value streams (12 MiB each, 96 MiB, stored transposed)."""
     import os
     import sys
 
@@ -175,6 +227,11 @@ def test_the_kv_cache_takes_memory_only_once_its_cells_are_used(qwen, qwen_gguf_
         assert grown_mib < 192 / 2, f"creating the context made {grown_mib:.0f} MiB resident"
         prompt = _prompts(qwen)[0][0]
         assert _greedy(big, prompt, 8) == _greedy(qwen, prompt, 8)
+        sequences = [big.new_cache(0) for _ in range(8)]
+        for cache in sequences:
+            big.prefill(prompt[:64], cache)
+        grown_mib = memory(os.getpid())["RssAnon_mib"] - before
+        assert grown_mib < 96 / 2, f"8 prompts of 64 tokens made {grown_mib:.0f} MiB resident"
     finally:
         big.close()
 

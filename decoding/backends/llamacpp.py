@@ -65,13 +65,15 @@ PREFILL_CHUNK = 64
 #: request's prompt, or the rest of a newcomer's once nothing else decodes): whole chunks merged, the
 #: prompt's last partial chunk on its own (merged into a run, a chunk of under 8 rows would switch
 #: ggml's kernel and change its sums); also llama.cpp's micro-batch, which sizes its compute buffer
-#: (76 MiB at 128 tokens, 303 MiB at 512). Measured bitwise the same as chunk by chunk (the logits of
-#: the last prompt position and of the 8 greedy steps after it, prompts of 300 to 1,600 tokens, the
-#: 1.5B on an AMD EPYC with AVX-512, 2 threads) in runs of 128, 256 and 512, at 1.08-1.22x the
-#: throughput of 64-token calls and the same throughput for all three run sizes (218 / 218 / 221 tokens/s
-#: at 1,000 tokens, interleaved): ``evals/prefill_invariance.py``, evals/results/issue44/prefill_runs.json.
-#: So the smallest: serving RSS 0.1 GB lower under load (evals/results/issue44/memory/README.md).
-PREFILL_RUN = 128
+#: (76 MiB at 128 tokens, 303 MiB at 512, resident as far as a run writes it). Measured bitwise the same
+#: as chunk by chunk (the logits of the last prompt position and of the 8 greedy steps after it, prompts
+#: of 300 to 1,600 tokens, the 1.5B on an AMD EPYC with AVX-512, 2 threads) in runs of 128, 256 and 512,
+#: with and without flash attention (``evals/prefill_invariance.py``, evals/results/issue44/prefill_runs.json
+#: and memory/prefill_runs*_flash_attn.json). With the build's row-wise flash attention larger runs prefill
+#: faster (500 / 650 / 900 tokens, interleaved: 2,137 / 2,885 / 4,506 ms at 128, 2,001 / 2,780 / 3,995 at
+#: 256, 1,899 / 2,650 / 4,129 at 512); 256 keeps serving within 2.5 GB with every batch place decoding
+#: (2.48 GB; 2.52 projected at 512): evals/results/issue44/memory/README.md.
+PREFILL_RUN = 256
 
 #: Most tokens one verification ``llama_decode`` carries. From 8 rows on, ggml's CPU backend
 #: computes K-quant matrix products with its tiled kernel (``ggml-cpu/tiled``, "profitable at
@@ -81,6 +83,13 @@ PREFILL_RUN = 128
 #: 1.3 one-token steps and a 7-row one 3.1 on 2 AMD EPYC cores, evals/results/README.md "Verification
 #: passes of 2–7 rows"). A larger pass is run as consecutive passes of at most this many tokens.
 MAX_PASS_ROWS = 7
+
+#: The entry llama.cpp's system info lists (``FA_ROWWISE = 1``) when its CPU backend carries the build's
+#: row-wise flash attention (``scripts/patches/llama-cpp-flash-attn-rows.patch``): every query row is
+#: attended alone over fixed 32-cell tiles, so a one-token step, a verification pass and a prefill run
+#: give the same bits. Stock llama.cpp splits a lone row's KV cells across threads (from 512 cells) and
+#: tiles 64+ rows, each summing differently, so there flash attention would break the exactness contract.
+ROWWISE_FLASH_ATTN = "FA_ROWWISE"
 
 #: One request's context window by default (tokens): the service's prompt budget (2,048) plus
 #: its answer cap (1,024).
@@ -117,6 +126,22 @@ def available() -> bool:
     return True
 
 
+def _flash_attn(asked: bool | None) -> bool:
+    """Whether to use flash attention: ``asked``, or (None) whether the library has the row-wise kernel.
+
+    Raises:
+        ValueError: asked for on a library without the row-wise kernel.
+    """
+    from decoding.backends.cpu import cpu_report
+
+    rowwise = ROWWISE_FLASH_ATTN in cpu_report().llama_cpp
+    if asked and not rowwise:
+        raise ValueError("flash_attn=True needs llama.cpp's row-wise flash attention (scripts/build_llama_cpp.sh "
+                         "builds it): stock flash attention sums a one-token step differently from a verification "
+                         "pass, which would break exact greedy decoding")
+    return rowwise if asked is None else asked
+
+
 @dataclass
 class LlamaSequence:
     """One request's KV cache on a :class:`LlamaCppModel`: a sequence id and its length.
@@ -151,7 +176,8 @@ class LlamaCppOptions:
         window: one request's context window (tokens, prompt + answer), at most the model's
             training context; each sequence gets its own KV stream of this many cells.
         n_seq_max: requests that can hold a KV cache at once.
-        flash_attn: llama.cpp's flash attention (off, as in ``Llama()``'s default).
+        flash_attn: llama.cpp's flash attention; None (the default): on where the library has the build's
+            row-wise kernel (:data:`ROWWISE_FLASH_ATTN`), else off.
         repack: the weights in ggml's repacked layout (``use_extra_bufts``; off: its kernel for
             4+ rows sums differently from its one-row kernel, so verification would not be
             bitwise the one-token steps).
@@ -163,7 +189,7 @@ class LlamaCppOptions:
     n_threads: int = 2
     window: int = DEFAULT_WINDOW
     n_seq_max: int = 9
-    flash_attn: bool = False
+    flash_attn: bool | None = None
     repack: bool = False
     prefill_chunk: int = PREFILL_CHUNK
     prefill_run: int = PREFILL_RUN
@@ -185,14 +211,18 @@ class LlamaCppModel:
     KV memory: ``window × n_seq_max`` cells of f16 keys and values, reserved up front (28 KB a
     cell for the Qwen2.5-Coder 1.5B: 560 MiB at the service's 2,048 × 10) and resident only once
     written: the build zeroes it by handing its pages back
-    (``scripts/patches/llama-cpp-lazy-zero-buffers.patch``). Values are stored transposed (no flash
-    attention), so a sequence's first write makes its whole V stream resident (28 MiB), its K
-    stream as its cells fill.
+    (``scripts/patches/llama-cpp-lazy-zero-buffers.patch``). With flash attention values are stored
+    a cell per row, like keys, so a sequence's KV becomes resident as its cells fill; without it values
+    are stored transposed, and a sequence's first write makes its whole V stream resident (28 MiB).
+
+    Attributes:
+        flash_attn: whether its attention is flash attention (``options.flash_attn`` resolved).
 
     Raises:
         LlamaCppUnavailable: llama-cpp-python is not installed.
         ModelLoadError: the file is missing or llama.cpp cannot load it.
-        ValueError: ``prefill_chunk`` or ``prefill_run`` out of range.
+        ValueError: ``prefill_chunk`` or ``prefill_run`` out of range; ``flash_attn=True`` on a library
+            without the row-wise kernel.
     """
 
     backend = "llama.cpp"
@@ -206,6 +236,7 @@ class LlamaCppModel:
                              f"{prefill_chunk} and {options.prefill_run}")
         self.prefill_chunk = prefill_chunk
         lib = self._lib = llama_lib()
+        self.flash_attn = _flash_attn(options.flash_attn)
         if not Path(gguf).is_file():
             raise ModelLoadError(f"cannot load model {name!r}: no GGUF file at {gguf}")
         lib.llama_backend_init()
@@ -220,7 +251,7 @@ class LlamaCppModel:
         cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = window * n_seq_max, N_BATCH, options.prefill_run
         cparams.n_seq_max, cparams.kv_unified = n_seq_max, False
         cparams.n_threads = cparams.n_threads_batch = n_threads
-        cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if options.flash_attn else \
+        cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.flash_attn else \
             lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.no_perf = True
         self._ctx = lib.llama_init_from_model(self._model, cparams)
@@ -238,8 +269,8 @@ class LlamaCppModel:
         self.max_positions = window
         self.model_type = self._meta("general.architecture")
         self._eog = tuple(t for t in range(self._n_vocab) if lib.llama_vocab_is_eog(self._vocab, t))
-        log.info("llama.cpp: %s, %d threads, %d sequences of %d KV cells, EOG ids %s", gguf.name, n_threads, n_seq_max,
-                 window, self._eog)
+        log.info("llama.cpp: %s, %d threads, %d sequences of %d KV cells, flash attention %s, EOG ids %s", gguf.name,
+                 n_threads, n_seq_max, window, "on" if self.flash_attn else "off", self._eog)
 
     # -- what it is -----------------------------------------------------------------------
     @property

@@ -1,0 +1,125 @@
+r"""Row-wise flash attention against llama.cpp's default attention, interleaved (a benchmark; issue 44 item 5).
+
+    .venv/bin/python -m evals.flash_attn_ab --out evals/results/issue44/memory/flash_attn_ab.json
+
+Loads the default target (the embedded Qwen2.5-Coder 1.5B GGUF on llama.cpp) twice, with flash attention
+(the build's row-wise kernel, ``scripts/patches/llama-cpp-flash-attn-rows.patch``) and without, one KV
+sequence each, and for each prompt length (the long-record set's text, cut) alternates between them
+``--repeats`` times: the prompt's prefill (tokens/s) and ``STEPS`` greedy one-token steps after it (ms a
+token). With flash attention it also checks the contract the kernel exists for: verification passes of
+2, 4 and 7 rows from the prompt give bitwise the logits of the one-token steps. Reported per length: the
+medians, their ratios (flash ÷ default), whether both give the same greedy steps, and the bitwise check.
+Run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from decoding.backends.cpu import cpu_report
+from evals.report import write_json
+
+log = logging.getLogger(__name__)
+CORPUS = Path(__file__).parent / "data" / "longrec" / "corpus"
+STEPS = 8
+PASS_ROWS = (2, 4, 7)
+
+
+def measure(model, ids: list[int]) -> dict:
+    """One prefill of ``ids`` and ``STEPS`` greedy steps: tokens/s, ms a step, the tokens, every logit row."""
+    cache = model.new_cache(len(ids) + STEPS + 1)
+    try:
+        started = time.perf_counter()
+        rows = [model.prefill(ids, cache).numpy().copy()]
+        prefill_s = time.perf_counter() - started
+        tokens: list[int] = []
+        started = time.perf_counter()
+        for _ in range(STEPS):
+            tokens.append(int(np.argmax(rows[-1])))
+            rows.append(model.forward([(tokens[-1:], cache)])[0][-1].numpy().copy())
+        step_ms = (time.perf_counter() - started) * 1000 / STEPS
+    finally:
+        model.release(cache)
+    return {"tokens_per_s": len(ids) / prefill_s, "step_ms": step_ms, "tokens": tokens, "rows": rows}
+
+
+def passes_are_bitwise(model, ids: list[int], tokens: list[int], rows: list[np.ndarray]) -> bool:
+    """Whether verification passes of :data:`PASS_ROWS` rows after ``ids`` give ``rows[1:k + 1]`` bit for bit."""
+    cache = model.new_cache(len(ids) + STEPS + 1)
+    try:
+        model.prefill(ids, cache)
+        for k in PASS_ROWS:
+            model.rollback(cache, len(ids))
+            got = model.forward([(tokens[:k], cache)])[0].numpy()
+            if not all(np.array_equal(got[i], rows[i + 1]) for i in range(k)):
+                return False
+    finally:
+        model.release(cache)
+    return True
+
+
+def run(lengths: list[int], repeats: int, threads: int) -> dict:
+    """The measurement (see the module docstring); the report."""
+    from copilot.config import Settings
+    from decoding.backends.embedded import QWEN_CODER_15B
+    from decoding.backends.llamacpp import LlamaCppModel, LlamaCppOptions, embedded_gguf, gguf_tokenizer
+
+    cache_dir = Settings(_env_file=None).model_cache_dir
+    gguf = embedded_gguf(QWEN_CODER_15B, cache_dir)
+    tokenizer = gguf_tokenizer(gguf, cache_dir)
+    text = "\n".join(p.read_text(errors="ignore") for p in sorted(CORPUS.rglob("*")) if p.is_file())
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    window = max(lengths) + STEPS + 1
+    models = {flash: LlamaCppModel(gguf, tokenizer, QWEN_CODER_15B.name,
+                                   LlamaCppOptions(n_threads=threads, window=window, n_seq_max=1, flash_attn=flash))
+              for flash in (True, False)}
+    runs: dict[tuple[bool, int], list[dict]] = {(flash, n): [] for flash in models for n in lengths}
+    for repeat in range(repeats):
+        for n in lengths:
+            for flash in ((True, False) if repeat % 2 == 0 else (False, True)):  # alternate which goes first
+                runs[(flash, n)].append(measure(models[flash], ids[:n]))
+    out = []
+    for n in lengths:
+        flash, plain = runs[(True, n)], runs[(False, n)]
+        row = {"prompt_tokens": n}
+        for name, got in (("flash", flash), ("default", plain)):
+            row[f"{name}_prefill_tokens_per_s"] = round(statistics.median(r["tokens_per_s"] for r in got), 1)
+            row[f"{name}_step_ms"] = round(statistics.median(r["step_ms"] for r in got), 2)
+        row["prefill_ratio"] = round(row["flash_prefill_tokens_per_s"] / row["default_prefill_tokens_per_s"], 3)
+        row["step_ratio"] = round(row["flash_step_ms"] / row["default_step_ms"], 3)
+        row["same_greedy_steps"] = flash[0]["tokens"] == plain[0]["tokens"]
+        row["flash_passes_bitwise_the_steps"] = passes_are_bitwise(models[True], ids[:n], flash[0]["tokens"],
+                                                                   flash[0]["rows"])
+        log.info("%s", row)
+        out.append(row)
+    for model in models.values():
+        model.close()
+    cpu = cpu_report()
+    return {"cpu": cpu.model, "llama_cpp_uses": list(cpu.llama_cpp), "threads": threads,
+            "model": QWEN_CODER_15B.name, "repeats": repeats, "steps": STEPS, "lengths": out}
+
+
+def main() -> None:
+    """The command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", default="500,1000,1600", help="prompt lengths, comma-separated")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each setting per length, alternated")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, help="write the report here (JSON)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    report = run([int(n) for n in args.tokens.split(",")], args.repeats, args.threads)
+    print(json.dumps(report, indent=2))
+    if args.out:
+        write_json(report, args.out)
+
+
+if __name__ == "__main__":
+    main()
