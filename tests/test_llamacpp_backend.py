@@ -195,11 +195,11 @@ def test_the_flash_attention_benchmark_times_a_prompt_and_checks_its_passes(qwen
 
 def test_flash_attention_needs_the_rowwise_kernel(monkeypatch):
     """Without the build's row-wise kernel flash attention is off by default, and refused when asked for."""
-    import decoding.backends.cpu as cpu
-    from decoding.backends.llamacpp import ROWWISE_FLASH_ATTN, _flash_attn
+    import decoding.backends.llamacpp as llamacpp
 
-    stock = cpu.CpuReport("a CPU", (), tuple(f for f in cpu.cpu_report().llama_cpp if f != ROWWISE_FLASH_ATTN))
-    monkeypatch.setattr(cpu, "cpu_report", lambda: stock)
+    stock = tuple(f for f in llamacpp.system_features() if f != llamacpp.ROWWISE_FLASH_ATTN)
+    monkeypatch.setattr(llamacpp, "system_features", lambda: stock)
+    _flash_attn = llamacpp._flash_attn
     assert _flash_attn(None) is False and _flash_attn(False) is False
     with pytest.raises(ValueError, match="row-wise flash attention"):
         _flash_attn(True)

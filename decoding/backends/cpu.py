@@ -57,20 +57,10 @@ def _cpuinfo() -> tuple[str, tuple[str, ...]]:
     return model, tuple(sorted(f for f in flags if f.startswith(_REPORTED)))
 
 
-def _llama_cpp_features() -> tuple[str, ...]:
-    """``X = 1`` entries of llama.cpp's system info (its CPU backend's), in its order."""
-    from decoding.backends.llamacpp import LlamaCppUnavailable, llama_lib
-
-    try:
-        info = llama_lib().llama_print_system_info().decode(errors="replace")
-    except LlamaCppUnavailable:
-        return ()
-    pairs = (part.split("=") for part in info.replace("CPU :", "").split("|") if "=" in part)
-    return tuple(name.strip() for name, value in pairs if value.strip() == "1")
-
-
 @functools.lru_cache(maxsize=1)
 def cpu_report() -> CpuReport:
     """This machine's :class:`CpuReport` (read once)."""
+    from decoding.backends.llamacpp import system_features
+
     model, advertised = _cpuinfo()
-    return CpuReport(model, advertised, _llama_cpp_features())
+    return CpuReport(model, advertised, system_features())

@@ -29,6 +29,7 @@ on this backend; ``evals/exactness.py`` checks it against llama-cpp-python's own
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -126,15 +127,25 @@ def available() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1)
+def system_features() -> tuple[str, ...]:
+    """The ``X = 1`` entries of llama.cpp's system info (its CPU backend's: the instruction sets its
+    kernels use here, ``REPACK``, :data:`ROWWISE_FLASH_ATTN` ...), in its order; () without llama-cpp-python."""
+    try:
+        info = llama_lib().llama_print_system_info().decode(errors="replace")
+    except LlamaCppUnavailable:
+        return ()
+    pairs = (part.split("=") for part in info.replace("CPU :", "").split("|") if "=" in part)
+    return tuple(name.strip() for name, value in pairs if value.strip() == "1")
+
+
 def _flash_attn(asked: bool | None) -> bool:
     """Whether to use flash attention: ``asked``, or (None) whether the library has the row-wise kernel.
 
     Raises:
         ValueError: asked for on a library without the row-wise kernel.
     """
-    from decoding.backends.cpu import cpu_report
-
-    rowwise = ROWWISE_FLASH_ATTN in cpu_report().llama_cpp
+    rowwise = ROWWISE_FLASH_ATTN in system_features()
     if asked and not rowwise:
         raise ValueError("flash_attn=True needs llama.cpp's row-wise flash attention (scripts/build_llama_cpp.sh "
                          "builds it): stock flash attention sums a one-token step differently from a verification "
