@@ -48,6 +48,7 @@ def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int, default_ba
     ``pld_tokens`` when given; ``Llama()``'s own batch size with ``default_batch``, else our prefill
     chunk), made once per (file, lookup, batch) with a context of at least ``n_ctx`` tokens (remade
     larger when a longer prompt comes)."""
+    import llama_cpp
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -55,11 +56,13 @@ def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int, default_ba
     llm = _ANCHORS.get(key)
     if llm is None or llm.n_ctx() < n_ctx:
         draft = LlamaPromptLookupDecoding(num_pred_tokens=pld_tokens) if pld_tokens else None
+        kv_type = getattr(llama_cpp, f"GGML_TYPE_{target.kv_cache_type.upper()}")
         with _model_params(use_extra_bufts=target.options.repack):
             # With a draft model Llama keeps every position's logits, but sizes that buffer by
             # ``logits_all`` alone (0.3.36): it must be asked for, or the first prefill overflows it.
             llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 2048), n_threads=target.options.n_threads,
                         n_threads_batch=target.options.n_threads, flash_attn=target.flash_attn,
+                        type_k=kv_type, type_v=kv_type,
                         draft_model=draft, logits_all=draft is not None, verbose=False,
                         **({} if default_batch else {"n_batch": target.prefill_chunk,
                                                      "n_ubatch": target.prefill_chunk}))

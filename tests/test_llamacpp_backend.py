@@ -162,7 +162,7 @@ def test_flash_attention_is_the_builds_rowwise_kernel_and_bitwise_past_512_cells
     from decoding.backends.cpu import cpu_report
     from decoding.backends.llamacpp import ROWWISE_FLASH_ATTN
 
-    assert ROWWISE_FLASH_ATTN in cpu_report().llama_cpp and qwen.flash_attn
+    assert ROWWISE_FLASH_ATTN in cpu_report().llama_cpp and qwen.flash_attn and qwen.kv_cache_type == "q8_0"
     prompt = _prompts(qwen)[0][0]
     prompt = prompt[:-8] * (700 // len(prompt) + 1) + prompt[-8:]  # over 512 cells, ending as the template does
     answer = _greedy(qwen, prompt, 8)
@@ -180,6 +180,24 @@ def test_flash_attention_is_the_builds_rowwise_kernel_and_bitwise_past_512_cells
     finally:
         qwen.release(solo)
         qwen.release(mate)
+
+
+def test_an_f16_kv_cache_is_bitwise_too(qwen, qwen_gguf_cache):
+    """The row-wise kernel reads f16 keys and values as well (the default without the q8_0 cache): its
+    verification passes past 512 cells are bitwise the one-token steps, and it reads the same greedy answer."""
+    from decoding.backends.llamacpp import LlamaCppModel, LlamaCppOptions, embedded_gguf
+    from evals.flash_attn_ab import measure, passes_are_bitwise
+
+    prompt = _prompts(qwen)[0][0]
+    prompt = prompt[:-8] * (700 // len(prompt) + 1) + prompt[-8:]
+    f16 = LlamaCppModel(embedded_gguf(QWEN_CODER_05B, qwen_gguf_cache), qwen.tokenizer, "qwen-0.5b",
+                        LlamaCppOptions(window=len(prompt) + 16, n_seq_max=1, kv_cache_type="f16"))
+    try:
+        assert f16.flash_attn and f16.kv_cache_type == "f16"
+        got = measure(f16, prompt)
+        assert passes_are_bitwise(f16, prompt, got["tokens"], got["rows"])
+    finally:
+        f16.close()
 
 
 def test_the_flash_attention_benchmark_times_a_prompt_and_checks_its_passes(qwen):
@@ -203,6 +221,19 @@ def test_flash_attention_needs_the_rowwise_kernel(monkeypatch):
     assert _flash_attn(None) is False and _flash_attn(False) is False
     with pytest.raises(ValueError, match="row-wise flash attention"):
         _flash_attn(True)
+
+
+def test_a_q8_0_kv_cache_needs_flash_attention():
+    """The KV cache is q8_0 by default with flash attention, else f16; q8_0 without it, or a type that is not
+    one of KV_CACHE_TYPES, is refused with the reason."""
+    from decoding.backends.llamacpp import _kv_cache_type
+
+    assert _kv_cache_type(None, True) == "q8_0" and _kv_cache_type(None, False) == "f16"
+    assert _kv_cache_type("f16", True) == "f16"
+    with pytest.raises(ValueError, match="needs flash attention"):
+        _kv_cache_type("q8_0", False)
+    with pytest.raises(ValueError, match="must be one of f16, q8_0, got 'q4_0'"):
+        _kv_cache_type("q4_0", True)
 
 
 def test_the_kv_cache_takes_memory_only_once_its_cells_are_used(qwen, qwen_gguf_cache):
@@ -317,13 +348,16 @@ def test_a_prefill_run_shorter_than_its_chunk_or_past_the_batch_is_refused(qwen,
                       LlamaCppOptions(prefill_chunk=chunk, prefill_run=run))
 
 
-def test_whole_chunks_are_prefilled_together_and_the_last_partial_one_alone(qwen):
-    """A call that brings several whole chunks decodes them in runs of up to PREFILL_RUN tokens, the
-    last partial chunk on its own; the logits are bitwise those of chunk-by-chunk prefill."""
+@pytest.mark.parametrize("tail", [9, 3])
+def test_whole_chunks_are_prefilled_together_and_the_last_partial_one_with_them_from_8_rows(qwen, tail):
+    """A call that brings several whole chunks decodes them in runs of up to PREFILL_RUN tokens, the last
+    partial chunk with them when it has 8+ rows (alone it would take the same kernels), else on its own;
+    the logits are bitwise those of chunk-by-chunk prefill."""
     chunk = qwen.prefill_chunk
-    assert [qwen._run_length(0, n) for n in (600, 88, 24)] == [PREFILL_RUN // chunk * chunk, chunk, 24]
+    assert [qwen._run_length(0, n) for n in (PREFILL_RUN + 100, chunk + 24, chunk + 4, 24)] == \
+        [PREFILL_RUN // chunk * chunk, chunk + 24, chunk, 24]
     assert qwen._run_length(chunk + 5, 600) == chunk - 5  # never across a boundary from inside a chunk
-    prompt = (_prompts(qwen)[1][0] * 4)[: 5 * chunk + 9]
+    prompt = (_prompts(qwen)[1][0] * 4)[: 5 * chunk + tail]
     whole, by_chunk = qwen.new_cache(len(prompt) + 1), qwen.new_cache(len(prompt) + 1)
     try:
         at_once = qwen.prefill(prompt, whole)

@@ -74,7 +74,7 @@ PREFILL_CHUNK = 64
 #: faster (500 / 650 / 900 tokens, interleaved: 2,137 / 2,885 / 4,506 ms at 128, 2,001 / 2,780 / 3,995 at
 #: 256, 1,899 / 2,650 / 4,129 at 512); 256 keeps serving within 2.5 GB with every batch place decoding
 #: (2.48 GB; 2.52 projected at 512): evals/results/issue44/memory/README.md.
-PREFILL_RUN = 256
+PREFILL_RUN = 512
 
 #: Most tokens one verification ``llama_decode`` carries. From 8 rows on, ggml's CPU backend
 #: computes K-quant matrix products with its tiled kernel (``ggml-cpu/tiled``, "profitable at
@@ -153,6 +153,28 @@ def _flash_attn(asked: bool | None) -> bool:
     return rowwise if asked is None else asked
 
 
+#: The KV cache types a :class:`LlamaCppModel` stores keys and values in: llama.cpp's ``GGML_TYPE_*`` names.
+KV_CACHE_TYPES = ("f16", "q8_0")
+
+
+def _kv_cache_type(asked: str | None, flash_attn: bool) -> str:
+    """The KV cache type: ``asked``, or (None) ``q8_0`` where attention is the build's row-wise flash attention,
+    else ``f16``. q8_0 keys and values (34 bytes per 32 values: 0.53 the f16 cache's memory) are read by the
+    same row-wise kernel (``scripts/patches/llama-cpp-flash-attn-rows.patch``), so steps, passes and prefill runs
+    still give the same bits.
+
+    Raises:
+        ValueError: an unknown type, or q8_0 without flash attention (llama.cpp stores quantized values only
+            for flash attention, and only the row-wise kernel keeps them exact).
+    """
+    if asked is not None and asked not in KV_CACHE_TYPES:
+        raise ValueError(f"kv_cache_type must be one of {', '.join(KV_CACHE_TYPES)}, got {asked!r}")
+    if asked == "q8_0" and not flash_attn:
+        raise ValueError("kv_cache_type='q8_0' needs flash attention (the build's row-wise kernel): llama.cpp "
+                         "stores quantized values only for flash attention")
+    return asked or ("q8_0" if flash_attn else "f16")
+
+
 @dataclass
 class LlamaSequence:
     """One request's KV cache on a :class:`LlamaCppModel`: a sequence id and its length.
@@ -189,6 +211,8 @@ class LlamaCppOptions:
         n_seq_max: requests that can hold a KV cache at once.
         flash_attn: llama.cpp's flash attention; None (the default): on where the library has the build's
             row-wise kernel (:data:`ROWWISE_FLASH_ATTN`), else off.
+        kv_cache_type: keys' and values' type in the KV cache, one of :data:`KV_CACHE_TYPES`; None (the
+            default): ``q8_0`` with flash attention, else ``f16``.
         repack: the weights in ggml's repacked layout (``use_extra_bufts``; off: its kernel for
             4+ rows sums differently from its one-row kernel, so verification would not be
             bitwise the one-token steps).
@@ -201,6 +225,7 @@ class LlamaCppOptions:
     window: int = DEFAULT_WINDOW
     n_seq_max: int = 9
     flash_attn: bool | None = None
+    kv_cache_type: str | None = None
     repack: bool = False
     prefill_chunk: int = PREFILL_CHUNK
     prefill_run: int = PREFILL_RUN
@@ -228,12 +253,13 @@ class LlamaCppModel:
 
     Attributes:
         flash_attn: whether its attention is flash attention (``options.flash_attn`` resolved).
+        kv_cache_type: the KV cache's type (``options.kv_cache_type`` resolved).
 
     Raises:
         LlamaCppUnavailable: llama-cpp-python is not installed.
         ModelLoadError: the file is missing or llama.cpp cannot load it.
         ValueError: ``prefill_chunk`` or ``prefill_run`` out of range; ``flash_attn=True`` on a library
-            without the row-wise kernel.
+            without the row-wise kernel; a ``kv_cache_type`` :func:`_kv_cache_type` refuses.
     """
 
     backend = "llama.cpp"
@@ -248,6 +274,7 @@ class LlamaCppModel:
         self.prefill_chunk = prefill_chunk
         lib = self._lib = llama_lib()
         self.flash_attn = _flash_attn(options.flash_attn)
+        self.kv_cache_type = _kv_cache_type(options.kv_cache_type, self.flash_attn)
         if not Path(gguf).is_file():
             raise ModelLoadError(f"cannot load model {name!r}: no GGUF file at {gguf}")
         lib.llama_backend_init()
@@ -264,6 +291,7 @@ class LlamaCppModel:
         cparams.n_threads = cparams.n_threads_batch = n_threads
         cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.flash_attn else \
             lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cparams.type_k = cparams.type_v = getattr(lib, f"GGML_TYPE_{self.kv_cache_type.upper()}")
         cparams.no_perf = True
         self._ctx = lib.llama_init_from_model(self._model, cparams)
         if not self._ctx:
@@ -280,8 +308,9 @@ class LlamaCppModel:
         self.max_positions = window
         self.model_type = self._meta("general.architecture")
         self._eog = tuple(t for t in range(self._n_vocab) if lib.llama_vocab_is_eog(self._vocab, t))
-        log.info("llama.cpp: %s, %d threads, %d sequences of %d KV cells, flash attention %s, EOG ids %s", gguf.name,
-                 n_threads, n_seq_max, window, "on" if self.flash_attn else "off", self._eog)
+        log.info("llama.cpp: %s, %d threads, %d sequences of %d %s KV cells, flash attention %s, EOG ids %s",
+                 gguf.name, n_threads, n_seq_max, window, self.kv_cache_type, "on" if self.flash_attn else "off",
+                 self._eog)
 
     # -- what it is -----------------------------------------------------------------------
     @property
@@ -347,11 +376,14 @@ class LlamaCppModel:
     def _run_length(self, length: int, left: int) -> int:
         """Tokens of the next prefill ``llama_decode`` for a sequence of ``length`` positions with ``left``
         prompt tokens to go: up to the next chunk boundary; from a boundary, as many whole chunks as
-        ``options.prefill_run`` holds (at least one); the last, partial chunk alone."""
-        chunk = self.prefill_chunk
+        ``options.prefill_run`` holds (at least one), the prompt's last, partial chunk with them when it fits and
+        has more than :data:`MAX_PASS_ROWS` rows (alone it would take the same kernels), else alone."""
+        chunk, run = self.prefill_chunk, self.options.prefill_run
         if length % chunk or left <= chunk:
             return min(left, chunk - length % chunk)
-        return max(chunk, min(left // chunk * chunk, self.options.prefill_run // chunk * chunk))
+        if left <= run and left % chunk > MAX_PASS_ROWS:
+            return left
+        return max(chunk, min(left // chunk * chunk, run // chunk * chunk))
 
     def forward(self, rows: Sequence[tuple[Sequence[int], KVCache]]) -> list[torch.Tensor]:
         """One pass over every request's new tokens, logits at each of them: one ``llama_decode``
@@ -532,4 +564,4 @@ def embedded_gguf(model: "EmbeddedModel", cache_dir: Path) -> Path:
 
 
 __all__ = ["LlamaCppModel", "LlamaCppOptions", "LlamaCppUnavailable", "LlamaSequence", "available", "embedded_gguf",
-           "gguf_tokenizer", "load_llamacpp", "llama_lib", "N_BATCH", "PREFILL_CHUNK", "PREFILL_RUN"]
+           "gguf_tokenizer", "load_llamacpp", "llama_lib", "KV_CACHE_TYPES", "N_BATCH", "PREFILL_CHUNK", "PREFILL_RUN"]
