@@ -122,6 +122,9 @@ class Settings(BaseSettings):
     max_model_len: int | None = Field(None, ge=512, description="context window used (prompt + answer, tokens), "
                                       "at most the target's own (default: the target's; on llama.cpp, which reserves "
                                       "its KV cells up front, max_prompt_tokens + max_new_tokens)")
+    kv_cache_type: Literal["f16", "q8_0"] | None = Field(None, description="llama.cpp's KV cache type (default: "
+                                                         "q8_0 where the build has its row-wise flash attention, "
+                                                         "else f16; q8_0 needs it)")
     max_question_chars: int = Field(4000, ge=1)
     min_support: float = Field(MIN_SUPPORT, ge=0.0, le=1.0, description="answer 'not found' when the best evidence "
                                "line's similarity to the question is below this (0 = only the named-entity rule)")

@@ -41,7 +41,8 @@ def load_engine(settings: Settings) -> Engine:
         return remote_engine(settings)
     load = LoadOptions(backend=settings.backend, device=settings.device, dtype=settings.dtype,
                        cache_dir=settings.model_cache_dir, n_seq_max=settings.max_batch + max(settings.prefix_cache, 2),
-                       max_model_len=settings.max_model_len, kv_window=settings.kv_window)
+                       max_model_len=settings.max_model_len, kv_window=settings.kv_window,
+                       kv_cache_type=settings.kv_cache_type)
     config = EngineConfig(max_ngram=settings.max_ngram, min_ngram=settings.min_ngram,
                           answer_history=settings.answer_history,
                           num_speculative_tokens=settings.num_speculative_tokens,

@@ -1,15 +1,17 @@
-r"""Row-wise flash attention against llama.cpp's default attention, interleaved (a benchmark; issue 44 item 5).
+r"""Row-wise flash attention (f16 and q8_0 KV caches) against llama.cpp's default attention, interleaved (a
+benchmark; issue 44 item 5).
 
     .venv/bin/python -m evals.flash_attn_ab --out evals/results/issue44/memory/flash_attn_ab.json
 
-Loads the default target (the embedded Qwen2.5-Coder 1.5B GGUF on llama.cpp) twice, with flash attention
-(the build's row-wise kernel, ``scripts/patches/llama-cpp-flash-attn-rows.patch``) and without, one KV
-sequence each, and for each prompt length (the long-record set's text, cut) alternates between them
-``--repeats`` times: the prompt's prefill (tokens/s) and ``STEPS`` greedy one-token steps after it (ms a
-token). With flash attention it also checks the contract the kernel exists for: verification passes of
-2, 4 and 7 rows from the prompt give bitwise the logits of the one-token steps. Reported per length: the
-medians, their ratios (flash ÷ default), whether both give the same greedy steps, and the bitwise check.
-Run it alone on the machine.
+Loads the default target (the embedded Qwen2.5-Coder 1.5B GGUF on llama.cpp) once per setting of
+:data:`SETTINGS`: without flash attention (f16 KV cache), and with it (the build's row-wise kernel,
+``scripts/patches/llama-cpp-flash-attn-rows.patch``) over an f16 and over a q8_0 KV cache, one KV sequence
+each, and for each prompt length (the long-record set's text, cut) alternates between them ``--repeats``
+times: the prompt's prefill (tokens/s) and ``STEPS`` greedy one-token steps after it (ms a token). With
+flash attention it also checks the contract the kernel exists for: verification passes of 2, 4 and 7 rows
+from the prompt give bitwise the logits of the one-token steps. Reported per length and setting: the
+medians, their ratios to the default attention's, whether it gives the default's greedy steps, and the
+bitwise check. Run it alone on the machine.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 CORPUS = Path(__file__).parent / "data" / "longrec" / "corpus"
 STEPS = 8
 PASS_ROWS = (2, 4, 7)
+#: name: (flash attention, KV cache type); the first is the baseline of the ratios.
+SETTINGS = {"default": (False, "f16"), "flash": (True, "f16"), "flash_q8_0": (True, "q8_0")}
 
 
 def measure(model, ids: list[int]) -> dict:
@@ -77,26 +81,30 @@ def run(lengths: list[int], repeats: int, threads: int) -> dict:
     text = "\n".join(p.read_text(errors="ignore") for p in sorted(CORPUS.rglob("*")) if p.is_file())
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     window = max(lengths) + STEPS + 1
-    models = {flash: LlamaCppModel(gguf, tokenizer, QWEN_CODER_15B.name,
-                                   LlamaCppOptions(n_threads=threads, window=window, n_seq_max=1, flash_attn=flash))
-              for flash in (True, False)}
-    runs: dict[tuple[bool, int], list[dict]] = {(flash, n): [] for flash in models for n in lengths}
+    models = {name: LlamaCppModel(gguf, tokenizer, QWEN_CODER_15B.name,
+                                  LlamaCppOptions(n_threads=threads, window=window, n_seq_max=1, flash_attn=flash,
+                                                  kv_cache_type=kv))
+              for name, (flash, kv) in SETTINGS.items()}
+    runs: dict[tuple[str, int], list[dict]] = {(name, n): [] for name in models for n in lengths}
     for repeat in range(repeats):
         for n in lengths:
-            for flash in ((True, False) if repeat % 2 == 0 else (False, True)):  # alternate which goes first
-                runs[(flash, n)].append(measure(models[flash], ids[:n]))
+            for name in (list(models) if repeat % 2 == 0 else list(models)[::-1]):  # alternate which goes first
+                runs[(name, n)].append(measure(models[name], ids[:n]))
     out = []
+    base = next(iter(SETTINGS))
     for n in lengths:
-        flash, plain = runs[(True, n)], runs[(False, n)]
-        row = {"prompt_tokens": n}
-        for name, got in (("flash", flash), ("default", plain)):
+        row: dict = {"prompt_tokens": n}
+        for name, got in ((name, runs[(name, n)]) for name in models):
             row[f"{name}_prefill_tokens_per_s"] = round(statistics.median(r["tokens_per_s"] for r in got), 1)
             row[f"{name}_step_ms"] = round(statistics.median(r["step_ms"] for r in got), 2)
-        row["prefill_ratio"] = round(row["flash_prefill_tokens_per_s"] / row["default_prefill_tokens_per_s"], 3)
-        row["step_ratio"] = round(row["flash_step_ms"] / row["default_step_ms"], 3)
-        row["same_greedy_steps"] = flash[0]["tokens"] == plain[0]["tokens"]
-        row["flash_passes_bitwise_the_steps"] = passes_are_bitwise(models[True], ids[:n], flash[0]["tokens"],
-                                                                   flash[0]["rows"])
+        for name in models:
+            if name != base:
+                row[f"{name}_prefill_ratio"] = round(row[f"{name}_prefill_tokens_per_s"]
+                                                     / row[f"{base}_prefill_tokens_per_s"], 3)
+                row[f"{name}_step_ratio"] = round(row[f"{name}_step_ms"] / row[f"{base}_step_ms"], 3)
+                row[f"{name}_same_greedy_steps"] = runs[(name, n)][0]["tokens"] == runs[(base, n)][0]["tokens"]
+                row[f"{name}_passes_bitwise_the_steps"] = passes_are_bitwise(
+                    models[name], ids[:n], runs[(name, n)][0]["tokens"], runs[(name, n)][0]["rows"])
         log.info("%s", row)
         out.append(row)
     for model in models.values():

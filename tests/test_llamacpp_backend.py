@@ -91,6 +91,24 @@ def test_the_service_reserves_the_window_its_defaults_use(qwen_gguf_cache):
     assert load_target(QWEN_CODER_05B.name, options).max_positions == 1536
 
 
+def test_the_kv_cache_type_is_a_setting(qwen_gguf_cache, monkeypatch):
+    """COPILOT_KV_CACHE_TYPE reaches llama.cpp (f16 instead of the q8_0 default); a type it does not
+    know is refused by the settings, with the allowed values."""
+    import pydantic
+
+    from copilot.config import Settings
+    from decoding.backends.models import LoadOptions, load_target
+
+    monkeypatch.setenv("COPILOT_KV_CACHE_TYPE", "f16")
+    settings = Settings(_env_file=None)
+    options = LoadOptions(backend="llama.cpp", cache_dir=qwen_gguf_cache, n_seq_max=1, kv_window=512,
+                          kv_cache_type=settings.kv_cache_type)
+    assert load_target(QWEN_CODER_05B.name, options).kv_cache_type == "f16"
+    monkeypatch.setenv("COPILOT_KV_CACHE_TYPE", "q4_0")
+    with pytest.raises(pydantic.ValidationError, match="'f16' or 'q8_0'"):
+        Settings(_env_file=None)
+
+
 def test_the_reserved_window_changes_no_logit(qwen_gguf_cache):
     """The service reserves a smaller KV window than llama.cpp's default (Settings.kv_window): a
     prefill and multi-row passes over two sequences give bitwise the same logits at either size."""

@@ -12,8 +12,8 @@ the Qwen2.5-Coder 0.5B, 1.12 GB for the 1.5B) and every matrix product is the fi
   chunks — they depend on the prompt alone, so an answer is the same whether the prompt is
   prefilled in one call or chunk by chunk between a batch's decode rounds (chunked prefill,
   Agrawal et al., OSDI 2024 "Sarathi-Serve"); a call that brings several whole chunks decodes them
-  together, up to :data:`PREFILL_RUN` tokens (measured bitwise the same), and it asks for the last
-  position's logits only;
+  together, up to :data:`PREFILL_RUN` tokens, the prompt's last partial chunk with them from 8 rows
+  (measured bitwise the same), and it asks for the last position's logits only;
 - :meth:`~LlamaCppModel.forward` puts every request's new tokens into one ``llama_batch``,
   each with its own sequence id and positions, and asks for logits at exactly those positions
   (the verification rows); the sequences' cells are masked from each other;
@@ -63,17 +63,18 @@ N_BATCH = 512
 PREFILL_CHUNK = 64
 
 #: Most tokens one prefill ``llama_decode`` takes when a call brings several whole chunks (a lone
-#: request's prompt, or the rest of a newcomer's once nothing else decodes): whole chunks merged, the
-#: prompt's last partial chunk on its own (merged into a run, a chunk of under 8 rows would switch
-#: ggml's kernel and change its sums); also llama.cpp's micro-batch, which sizes its compute buffer
-#: (76 MiB at 128 tokens, 303 MiB at 512, resident as far as a run writes it). Measured bitwise the same
-#: as chunk by chunk (the logits of the last prompt position and of the 8 greedy steps after it, prompts
-#: of 300 to 1,600 tokens, the 1.5B on an AMD EPYC with AVX-512, 2 threads) in runs of 128, 256 and 512,
-#: with and without flash attention (``evals/prefill_invariance.py``, evals/results/issue44/prefill_runs.json
-#: and memory/prefill_runs*_flash_attn.json). With the build's row-wise flash attention larger runs prefill
-#: faster (500 / 650 / 900 tokens, interleaved: 2,137 / 2,885 / 4,506 ms at 128, 2,001 / 2,780 / 3,995 at
-#: 256, 1,899 / 2,650 / 4,129 at 512); 256 keeps serving within 2.5 GB with every batch place decoding
-#: (2.48 GB; 2.52 projected at 512): evals/results/issue44/memory/README.md.
+#: request's prompt, or the rest of a newcomer's once nothing else decodes): whole chunks merged, and the
+#: prompt's last partial chunk with them from 8 rows (a chunk of under 8 rows takes ggml's few-row kernels, so
+#: it is decoded alone, as chunk by chunk); also llama.cpp's micro-batch, which sizes its compute buffer
+#: (resident as far as a run writes it). Measured bitwise the same as chunk by chunk (the logits of the last
+#: prompt position and of the 8 greedy steps after it, prompts of 300 to 1,600 tokens, the 1.5B on an AMD EPYC
+#: with AVX-512, 2 threads) in runs of 128, 256 and 512, with and without flash attention, with f16 and q8_0
+#: KV caches (``evals/prefill_invariance.py``, evals/results/issue44/prefill_runs.json,
+#: memory/prefill_runs*_flash_attn.json and kv-q8/prefill_invariance.json). 512 is llama.cpp's own batch:
+#: the service's prompt then prefills as fast as ``Llama.generate``'s (600 / 900 / 1,200 tokens, interleaved:
+#: 0.98 / 0.98 / 1.00 its time, 1.06 / 1.01 / 1.05 in runs of 256), and with the q8_0 KV cache serving stays
+#: within 2.5 GB with every batch place decoding (2.41 GB; f16 cache and runs of 512: 2.52 GB):
+#: evals/results/README.md, "A q8_0 KV cache and llama.cpp's own batch".
 PREFILL_RUN = 512
 
 #: Most tokens one verification ``llama_decode`` carries. From 8 rows on, ggml's CPU backend
@@ -244,8 +245,8 @@ class LlamaCppModel:
         max_positions: one request's context window in tokens: ``options.window``, capped by the
             model's training context.
 
-    KV memory: ``window × n_seq_max`` cells of f16 keys and values, reserved up front (28 KB a
-    cell for the Qwen2.5-Coder 1.5B: 560 MiB at the service's 2,048 × 10) and resident only once
+    KV memory: ``window × n_seq_max`` cells of keys and values, reserved up front (f16: 28 KB a cell for
+    the Qwen2.5-Coder 1.5B, 560 MiB at the service's 2,048 × 10; q8_0: 15 KB, 298 MiB) and resident only once
     written: the build zeroes it by handing its pages back
     (``scripts/patches/llama-cpp-lazy-zero-buffers.patch``). With flash attention values are stored
     a cell per row, like keys, so a sequence's KV becomes resident as its cells fill; without it values

@@ -335,6 +335,8 @@ class LoadOptions:
         kv_window: llama.cpp's window when ``max_model_len`` is ``None``: the KV cells reserved
             up front per sequence (tokens; ``None``: :data:`~decoding.backends.llamacpp.DEFAULT_WINDOW`).
             The window does not change a logit: measured bitwise at 2,048 and 3,072.
+        kv_cache_type: llama.cpp's KV cache type (``"f16"``, ``"q8_0"``; ``None``: its default,
+            :class:`~decoding.backends.llamacpp.LlamaCppOptions`).
     """
 
     backend: str = "auto"
@@ -344,6 +346,7 @@ class LoadOptions:
     n_seq_max: int = 9
     max_model_len: int | None = None
     kv_window: int | None = None
+    kv_cache_type: str | None = None
 
 
 def load_target(name_or_path: str, options: LoadOptions = LoadOptions()) -> Target:
@@ -378,7 +381,7 @@ def load_target(name_or_path: str, options: LoadOptions = LoadOptions()) -> Targ
         gguf = embedded_gguf(embedded, cache) if embedded is not None else Path(name_or_path).expanduser()
         target = load_llamacpp(name_or_path, gguf, cache, LlamaCppOptions(
             n_threads=torch.get_num_threads(), window=window or options.kv_window or DEFAULT_WINDOW,
-            n_seq_max=options.n_seq_max))
+            n_seq_max=options.n_seq_max, kv_cache_type=options.kv_cache_type))
     if window and window > target.max_positions:
         log.warning("max_model_len %d is over the target's context window (%d tokens): using %d", window,
                     target.max_positions, target.max_positions)
