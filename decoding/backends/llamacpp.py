@@ -77,14 +77,18 @@ PREFILL_CHUNK = 64
 #: evals/results/README.md, "A q8_0 KV cache and llama.cpp's own batch".
 PREFILL_RUN = 512
 
-#: Most tokens one verification ``llama_decode`` carries. From 8 rows on, ggml's CPU backend
-#: computes K-quant matrix products with its tiled kernel (``ggml-cpu/tiled``, "profitable at
-#: rows >= 8"), whose sums differ from the one-row kernel's (|Δlogit| up to 0.57 measured on the
-#: 1.5B); below 8, every row's logits are bitwise those of a one-token step, also with the build's
-#: several-row K-quant kernel (``scripts/patches/llama-cpp-kquant-columns.patch``: a 2-row pass costs
-#: 1.3 one-token steps and a 7-row one 3.1 on 2 AMD EPYC cores, evals/results/README.md "Verification
-#: passes of 2–7 rows"). A larger pass is run as consecutive passes of at most this many tokens.
-MAX_PASS_ROWS = 7
+#: Rows from which ggml's CPU backend computes K-quant matrix products with its tiled kernel
+#: (``ggml-cpu/tiled``, "profitable at rows >= 8"), whose sums differ from the one-row kernel's
+#: (|Δlogit| up to 0.57 measured on the 1.5B): a prefill run's rows and a chunk of this many rows alone
+#: take the same kernels.
+TILED_MIN_ROWS = 8
+
+#: Most tokens one verification ``llama_decode`` carries: below :data:`TILED_MIN_ROWS`, every row's
+#: logits are bitwise those of a one-token step, also with the build's several-row K-quant kernel
+#: (``scripts/patches/llama-cpp-kquant-columns.patch``: a 2-row pass costs 1.3 one-token steps and a
+#: 7-row one 3.1 on 2 AMD EPYC cores, evals/results/README.md "Verification passes of 2–7 rows").
+#: A larger pass is run as consecutive passes of at most this many tokens.
+MAX_PASS_ROWS = TILED_MIN_ROWS - 1
 
 #: The entry llama.cpp's system info lists (``FA_ROWWISE = 1``) when its CPU backend carries the build's
 #: row-wise flash attention (``scripts/patches/llama-cpp-flash-attn-rows.patch``): every query row is
@@ -378,11 +382,11 @@ class LlamaCppModel:
         """Tokens of the next prefill ``llama_decode`` for a sequence of ``length`` positions with ``left``
         prompt tokens to go: up to the next chunk boundary; from a boundary, as many whole chunks as
         ``options.prefill_run`` holds (at least one), the prompt's last, partial chunk with them when it fits and
-        has more than :data:`MAX_PASS_ROWS` rows (alone it would take the same kernels), else alone."""
+        has :data:`TILED_MIN_ROWS` rows or more (alone it would take the same kernels), else alone."""
         chunk, run = self.prefill_chunk, self.options.prefill_run
         if length % chunk or left <= chunk:
             return min(left, chunk - length % chunk)
-        if left <= run and left % chunk > MAX_PASS_ROWS:
+        if left <= run and left % chunk >= TILED_MIN_ROWS:
             return left
         return max(chunk, min(left // chunk * chunk, run // chunk * chunk))
 
