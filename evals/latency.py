@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 HF_MODES = ("hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "hf_assisted")
 KERNEL_MATCHED_MODES = ("hf_pld_5_fk", "hf_pld_10_fk")  # opt-in: see the module docstring
 OUR_MODES = ("ours_off", "ours_ngram", "ours_draft_model", "ours_auto")
+#: The prefill a served TTFT is held against where it was timed: llama.cpp's own ``Llama.generate``
+#: at its default batch (what its users get), else the report's baseline.
+TTFT_ANCHOR = "llamacpp_greedy_default"
 DRAFT_MODEL_MODES = ("hf_assisted", "ours_draft_model")  # need a draft model
 NO_DRAFT_REASON = "no draft model is configured (set COPILOT_DRAFT_MODEL or pass --draft-model)"
 # Who proposed the anchors' accepted tokens (the rest, one per forward pass, are the target's).
@@ -349,7 +352,8 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
 
     Returns:
         JSON-able dict; top-level keys ``speedup`` ({mode: {"median", "min"}}, decode
-        phase), ``speedup_e2e``, ``tau``, ``alpha``, ``tokens_per_s``, ``ttft_ms``,
+        phase), ``speedup_e2e``, ``tau``, ``alpha``, ``tokens_per_s``, ``ttft_ms``, ``ttft_ratio``
+        (:func:`ttft_ratios`, over :data:`TTFT_ANCHOR` where it ran),
         ``itl_ms``, ``exact_vs_greedy`` (runs whose ids equal hf_greedy's, both cut by the
         stops), ``loop_stopped`` (runs ending with ``"repetition"``), ``loop_cut_tokens``
         (ids generated then cut away), ``runs`` (per mode: questions × repeats),
@@ -454,6 +458,7 @@ def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case], baseline
     for mode, by_q in runs.items():
         for key, value in _mode_summary(mode, by_q, base, per_question).items():
             out[key][mode] = value
+    out["ttft_ratio"] = ttft_ratios(per_question, TTFT_ANCHOR if TTFT_ANCHOR in runs else baseline)
     out["memory"] = _memory()
     out["per_question"] = per_question
     out["modes"] = list(runs)
@@ -472,10 +477,33 @@ def _question_row(runs: dict[str, dict[str, list[Run]]], case: Case, baseline: s
             "speedup": round(med(base[i % len(base)].decode_ms_per_token / r.decode_ms_per_token
                                  for i, r in enumerate(rs)), 3),
             "speedup_e2e": round(med(base[i % len(base)].total_ms / r.total_ms for i, r in enumerate(rs)), 3),
+            "ttft_ms": round(med(r.ttft_ms for r in rs), 1),
             "tokens": len(rs[0].tokens),
             "finish_reason": rs[0].finish_reason,
         }
     return row
+
+
+def ttft_ratios(per_question: list[dict], anchor: str) -> dict:
+    """Each mode's TTFT ÷ ``anchor``'s on the same prompt: per question the ratio of the two modes'
+    median TTFT, then the median and the worst (largest) over questions.
+
+    Paired per question because prompts of 500–1,700 tokens spread TTFT over 3× while two prefills
+    of one prompt differ by a few per cent: the ratio of the medians over all runs (the table's
+    ``TTFT ms`` column) can pick two different questions' runs and read a gap neither prompt has.
+
+    Returns:
+        ``{"over": anchor, "modes": {mode: {"median", "max"}}}``; ``modes`` is empty where no
+        question has a TTFT for the anchor.
+    """
+    ratios: dict[str, list[float]] = {}
+    for row in per_question:
+        ref = row["modes"].get(anchor, {}).get("ttft_ms")
+        for mode, q in row["modes"].items():
+            if ref:
+                ratios.setdefault(mode, []).append(q["ttft_ms"] / ref)
+    return {"over": anchor, "modes": {m: {"median": round(statistics.median(r), 3), "max": round(max(r), 3)}
+                                       for m, r in ratios.items()}}
 
 
 def _mode_summary(mode: str, by_q: dict[str, list[Run]], base: dict[str, list[Run]],

@@ -110,7 +110,8 @@ def latency_markdown(report: dict, plots: bool = True) -> str:
         lines.append(f"| {alias} | = {timed} (the same configuration: no draft model is loaded) |" + " |" * 9)
     for mode, why in report.get("skipped", {}).items():
         lines.append(f"| {mode} | skipped: {why} |" + " |" * 9)
-    lines += ["", *_versus_anchors(report), "", *_oracle_lines(report), "", *_token_share_lines(report)]
+    lines += ["", *_ttft_lines(report), *_versus_anchors(report), "", *_oracle_lines(report), "",
+              *_token_share_lines(report)]
     lines += ["", f"Memory: {report['memory']} (peak RSS is for the whole process: all modes share it)."]
     if plots:
         lines += ["", "![speedup](speedup.png)", "![tau](tau_hist.png)", "![acceptance](acceptance_by_position.png)",
@@ -164,6 +165,17 @@ def _oracle_lines(report: dict) -> list[str]:
 def _runs(report: dict) -> str:
     runs = set(report.get("runs", {}).values())
     return str(runs.pop()) if len(runs) == 1 else "-"
+
+
+def _ttft_lines(report: dict) -> list[str]:
+    """Each mode's TTFT ÷ the TTFT anchor's on the same prompt (paired per question,
+    :func:`evals.latency.ttft_ratios`), in one line; none for a report without it."""
+    ratio = report.get("ttft_ratio") or {}
+    modes = {m: r for m, r in ratio.get("modes", {}).items() if m != ratio.get("over")}
+    if not modes:
+        return []
+    parts = ", ".join(f"{m} {r['median']:.3f} / {r['max']:.3f}" for m, r in modes.items())
+    return [f"TTFT ÷ {ratio['over']}'s on the same prompt (per question, median / worst): {parts}.", ""]
 
 
 def _versus_anchors(report: dict) -> list[str]:

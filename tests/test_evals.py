@@ -163,10 +163,26 @@ def test_latency_report_shape_and_plots(tiny_engine, tiny_cases, tmp_path):
     assert [r["id"] for r in oracle["per_question"]] == [c.question.id for c in cases]
     assert all(r["oracle_speedup"] >= 1.0 and r["share"] > 0 for r in oracle["per_question"])
     assert "Against its own bound" in latency_markdown(report)
+    assert report["ttft_ratio"]["over"] == "hf_greedy" and report["ttft_ratio"]["modes"]["hf_greedy"]["median"] == 1.0
+    assert "TTFT ÷ hf_greedy's on the same prompt" in latency_markdown(report)
     paths = latency_plots(report, tmp_path)
     assert [p.name for p in paths] == ["speedup.png", "tau_hist.png", "acceptance_by_position.png",
                                        "speedup_vs_copied.png"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_ttft_is_held_against_the_anchor_question_by_question():
+    from evals.latency import ttft_ratios
+
+    # a short and a long prompt: each mode within 2 % of the anchor on its own prompt, while the
+    # medians over all runs (1,000 vs 4,100 ms here) would read a 4x gap
+    rows = [{"modes": {"ours": {"ttft_ms": 1020.0}, "anchor": {"ttft_ms": 1000.0}}},
+            {"modes": {"ours": {"ttft_ms": 3920.0}, "anchor": {"ttft_ms": 4000.0}}},
+            {"modes": {"ours": {"ttft_ms": 4100.0}, "anchor": {"ttft_ms": 4100.0}}}]
+    ratio = ttft_ratios(rows, "anchor")
+    assert ratio == {"over": "anchor", "modes": {"ours": {"median": 1.0, "max": 1.02},
+                                                 "anchor": {"median": 1.0, "max": 1.0}}}
+    assert ttft_ratios(rows, "absent") == {"over": "absent", "modes": {}}
 
 
 def test_the_hindsight_schedule_drafts_what_is_accepted_where_it_pays():
