@@ -1,4 +1,4 @@
-"""``copilot eval exactness|latency|retrieval|answers|loops|cases`` (also ``python -m evals``)."""
+"""``copilot eval exactness|latency|policy|retrieval|answers|loops|cases`` (also ``python -m evals``)."""
 
 from __future__ import annotations
 
@@ -250,6 +250,38 @@ def latency(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
     _emit(latency_markdown(result, plots=report is not None), result, json_out, report, "latency")
     if report:
         latency_plots(result, report)
+
+
+@eval_app.command("policy")
+def policy(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir: Optional[Path] = _data_dir_opt,
+           json_out: Optional[Path] = _json_opt, report: Optional[Path] = _report_opt,
+           max_new_tokens: int = typer.Option(FULL_TOKENS["latency"], min=1, help="token budget per answer"),
+           repeats: int = typer.Option(2, min=1, help="replays per question"),
+           loop_span: Optional[int] = _loop_span_opt, cases_file: Optional[Path] = _cases_opt,
+           subset: Optional[int] = _subset_opt) -> None:
+    """The drafting policy's share of the hindsight bound, replayed offline over the target's recorded
+    greedy answers (one real decode a question, then seconds a replay), beside a table calibrated in
+    hindsight on the same answers."""
+    from evals.harness import hardware_summary
+    from evals.policy_replay import record, replay_policy
+    from evals.report import policy_markdown
+
+    setup, cases, n_tokens = _prepare("latency", questions, corpus, data_dir, False, max_new_tokens, None,
+                                      cases_file, subset=subset)
+    try:
+        span = _loop_span(setup, loop_span)
+        engine = setup.engine
+        answers = record(engine, cases, n_tokens, span)
+        try:
+            result = replay_policy(engine.target, answers, engine.core.costs, n_tokens, span, engine.core.config,
+                                   repeats)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--questions") from exc
+        result.update(hardware=hardware_summary(setup), max_new_tokens=n_tokens, repeats=repeats,
+                      verify_ms=[round(c, 2) for c in engine.core.costs.verify_ms])
+    finally:
+        setup.close()
+    _emit(policy_markdown(result), result, json_out, report, "policy")
 
 
 def _configured_draft(cases_file: Optional[Path]) -> Optional[str]:

@@ -203,6 +203,25 @@ def _versus_anchors(report: dict) -> list[str]:
     return lines
 
 
+def policy_markdown(report: dict) -> str:
+    """The policy replay (:mod:`evals.policy_replay`): per question the hindsight bound and the shares of
+    it that the served policy and the hindsight-calibrated table reach, then the medians."""
+    pol, cal = report["policy_share"], report["calibrated_share"]
+    lines = ["# The drafting policy against its bound, replayed", "", *_hardware_lines(report.get("hardware", {})), "",
+             f"{len(report['questions'])} recorded greedy answers (max_new_tokens={report.get('max_new_tokens')}), "
+             f"{report.get('repeats')} replays each, passes priced at the calibrated costs "
+             f"(ms, 1, 2, … rows: {report.get('verify_ms')}). `policy`: the policy as it serves, its acceptance table "
+             "learned as the questions go by; `calibrated`: every drafting state's acceptance measured on these "
+             "answers and frozen.", "",
+             f"Median share of the bound: policy **{pol['median']:.3f}** (worst {pol['min']:.3f}), calibrated table "
+             f"{cal['median']:.3f} (worst {cal['min']:.3f}); the bound's median speedup "
+             f"{report['oracle_speedup_median']:.2f}x over one-token steps.", "",
+             "| question | tokens | bound | policy share | calibrated share |", "|---|---|---|---|---|"]
+    lines += [f"| {q['id']} | {q['tokens']} | {q['oracle_speedup']:.2f}x | {q['policy_share']:.0%} "
+              f"| {q['calibrated_share']:.0%} |" for q in report["questions"]]
+    return "\n".join(lines) + "\n"
+
+
 def retrieval_markdown(report: dict) -> str:
     lines = ["# Retrieval quality", "", f"{len(report['per_question'])} questions; document-level ranks.", "",
              "| retriever | recall@1 | recall@5 | recall@10 | MRR |", "|---|---|---|---|---|"]

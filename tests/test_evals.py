@@ -171,6 +171,31 @@ def test_latency_report_shape_and_plots(tiny_engine, tiny_cases, tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
+def test_the_policy_replays_over_the_recorded_greedy_answers(tiny_engine, tiny_cases):
+    from decoding import Budget, GenerationConfig
+    from evals.policy_replay import Recorded, ReplayTarget, record, replay_policy
+    from evals.report import policy_markdown
+
+    _, cases = tiny_cases
+    answers = record(tiny_engine, cases, 12, 0)
+    assert [a.id for a in answers] == ["t0", "t1"] and all(len(a.answer_ids) >= 2 for a in answers)
+    target = ReplayTarget(tiny_engine.target)  # plain greedy over the replay gives each answer back
+    plain = SpeculativeEngine(target, costs=COSTS)
+    for a in answers:
+        target.expect(a.prompt_ids, a.answer_ids)
+        assert plain.generate(a.prompt_ids, GenerationConfig(budget=Budget(max_new_tokens=12)),
+                              a.context_ids).token_ids == a.answer_ids
+    result = replay_policy(tiny_engine.target, answers, COSTS, 12)
+    assert [q["id"] for q in result["questions"]] == ["t0", "t1"]
+    for q in result["questions"]:  # no schedule beats the hindsight one
+        assert q["oracle_speedup"] >= 1.0 and 0 < q["policy_share"] <= 1.0 + 1e-9
+        assert 0 < q["calibrated_share"] <= 1.0 + 1e-9
+    md = policy_markdown({**result, "hardware": {"device": "cpu"}, "max_new_tokens": 12, "repeats": 2})
+    assert "| t0 |" in md and "Median share of the bound: policy" in md
+    with pytest.raises(ValueError, match="nothing to replay"):
+        replay_policy(tiny_engine.target, [Recorded("x", [1, 2], [], [3])], COSTS, 12)
+
+
 def test_ttft_is_held_against_the_anchor_question_by_question():
     from evals.latency import ttft_ratios
 
