@@ -25,6 +25,8 @@ def test_question_entities():
     assert {(d.month, d.day, d.year) for d in e.dates} == {(4, 3, 2026), (4, 13, None), (5, 5, 2026)}
     assert not question_entities("how did we fix the pool that went read-only")
     assert question_entities("13.04 on wn-0248").names == ("wn-0248",)
+    # chat shorthand shaped like a name is not one: the host is still named
+    assert question_entities("whats the cmd used B4 swapping slot 19 on hdp07-atlas-2").names == ("hdp07-atlas-2",)
 
 
 def test_a_slashed_day_is_a_day_first_date_not_a_name():

@@ -20,6 +20,9 @@ from copilot.search.literals import token_kind, trim_token
 
 #: Entity kinds a question names that a source must hold (dates are matched on their own).
 ENTITY_KINDS = frozenset({"ticket", "error", "host", "name", "path", "setting"})
+#: Chat shorthand that has the shape of a name (a letter, then a digit) but names nothing: "b4" is
+#: "before" in "the cmd used b4 swapping the disk", not a host to find in the sources.
+CHAT_SHORTHAND = frozenset({"b4", "l8r", "gr8", "w8", "any1", "some1", "no1", "ne1", "every1"})
 _MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|" \
          r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 _DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?(?:\s+of)?\s+{_MONTH}\b(?:\s+(\d{{4}}))?", re.IGNORECASE)
@@ -71,15 +74,15 @@ class Entities:
 
 def question_entities(question: str) -> Entities:
     """The entities ``question`` names: tokens of the kinds in :data:`ENTITY_KINDS`
-    (:func:`copilot.answer.quotes.token_kind`) and days (``2026-03-12``, ``12 March``, ``March 2nd``,
-    ``12.03.``, ``12/03``: day first)."""
+    (:func:`copilot.answer.quotes.token_kind`) but not :data:`CHAT_SHORTHAND`, and days (``2026-03-12``,
+    ``12 March``, ``March 2nd``, ``12.03.``, ``12/03``: day first)."""
     names = []
     for raw in question.split():
         word, _ = trim_token(raw, 0)
         if _BRACKET_CODE.match(raw):  # an error number as logs print it: [3021]
             names.append(raw.rstrip(".,;:!?"))
         elif word and token_kind(word) in ENTITY_KINDS and not _DOTTED_DATE.fullmatch(word + ".") \
-                and not _SLASH_DATE.fullmatch(word):
+                and not _SLASH_DATE.fullmatch(word) and word.lower() not in CHAT_SHORTHAND:
             names.append(word)
     dates = []
     for m in _ISO_DATE.finditer(question):
