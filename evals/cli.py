@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from copilot.cli.help import HelpTyper
-from evals.questions import DEFAULT_CORPUS, DEFAULT_QUESTIONS, load_questions, quick_subset
+from evals.questions import DEFAULT_CORPUS, DEFAULT_QUESTIONS, Question, load_questions, quick_subset
 
 eval_app = HelpTyper(help="Exactness, latency and retrieval evals (reports as JSON, Markdown and PNG).",
                      no_args_is_help=True)
@@ -23,7 +23,8 @@ QUICK_TOKENS = 48
 QUICK_ANSWERS = 10
 FULL_TOKENS = {"exactness": 64, "latency": 64}
 
-_questions_opt = typer.Option(DEFAULT_QUESTIONS, "--questions", help="questions.jsonl file")
+_questions_opt = typer.Option(DEFAULT_QUESTIONS, "--questions", exists=True, dir_okay=False,
+                              help="questions.jsonl file")
 _corpus_opt = typer.Option(DEFAULT_CORPUS, "--corpus", help="folder to ingest into a temporary store")
 _data_dir_opt = typer.Option(None, "--data-dir", help="reuse this existing store instead of ingesting --corpus")
 _json_opt = typer.Option(None, "--json", help="write the JSON report here")
@@ -31,6 +32,19 @@ _report_opt = typer.Option(None, "--report", help="write Markdown, JSON (and plo
 _loop_span_opt = typer.Option(
     None, "--loop-span", min=0, help="loop stop span in tokens, 0 = off (default: as the service runs it, "
     "COPILOT_LOOP_SPAN when COPILOT_LOOP_STOP is on)")
+
+
+def _questions(path: Path, hint: str = "--questions") -> list[Question]:
+    """The questions in ``path``.
+
+    Raises:
+        typer.BadParameter: the file cannot be read, or a line is not a question record (the message
+            names the line).
+    """
+    try:
+        return load_questions(path)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from exc
 
 
 def _emit(md: str, result: dict, json_out: Optional[Path], report: Optional[Path], name: str) -> None:
@@ -92,7 +106,7 @@ def _prepare(kind: str, questions: Path, corpus: Path, data_dir: Optional[Path],
             cases = quick_subset(cases, subset or QUICK_QUESTIONS[kind])
         n_tokens = max_new_tokens or (QUICK_TOKENS if quick else meta.get("max_new_tokens") or FULL_TOKENS[kind])
         return replay_setup(meta, device=device, dtype=dtype, draft_model=draft_model), cases, n_tokens
-    qs = load_questions(questions)
+    qs = _questions(questions)
     if quick or subset:
         qs = quick_subset(qs, subset or QUICK_QUESTIONS[kind])
     n_tokens = max_new_tokens or (QUICK_TOKENS if quick else FULL_TOKENS[kind])
@@ -111,9 +125,10 @@ def cases(out: Path = typer.Option(..., "--out", help="JSON file to write"),
     from evals.harness import build_cases, build_setup, save_cases
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    qs = _questions(questions)
     setup = build_setup(None if data_dir else corpus, data_dir)  # the prompt path needs the tokenizer
     try:
-        built = build_cases(setup, load_questions(questions), max_new_tokens)
+        built = build_cases(setup, qs, max_new_tokens)
         save_cases(built, out, setup, max_new_tokens)
     finally:
         setup.close()
@@ -194,8 +209,8 @@ def reuse(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_dir
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     followups = followups or questions.with_name("followups.jsonl")
-    qs = load_questions(questions)
-    fus = load_questions(followups) if followups.is_file() else []
+    qs = _questions(questions)
+    fus = _questions(followups, "--followups") if followups.is_file() else []
     if subset:
         qs, fus = quick_subset(qs, subset), quick_subset(fus, subset) if fus else []
     setup = build_setup(None if data_dir else corpus, data_dir)
@@ -367,7 +382,7 @@ def retrieval(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     setup = build_setup(None if data_dir else corpus, data_dir, load_models=False)
     try:
-        qs = load_questions(questions)
+        qs = _questions(questions)
         result = run_retrieval(setup.service.searcher.retriever, qs)
         result["evidence"] = run_evidence(setup.service, qs)
     finally:
@@ -395,7 +410,7 @@ def answers(questions: Path = _questions_opt, corpus: Path = _corpus_opt, data_d
         raise typer.BadParameter(f"unknown prompt style(s) {unknown}; known: {', '.join(PROMPT_STYLES)}",
                                  param_hint="--prompt-style")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    qs = load_questions(questions)
+    qs = _questions(questions)
     if quick:
         qs = quick_subset(qs, QUICK_ANSWERS)
     setup = build_setup(None if data_dir else corpus, data_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -54,6 +55,20 @@ def test_bad_configuration_exits_2_with_the_reason(tmp_path):
     assert result.exit_code == 2 and "max_sources" in result.output
     result = runner.invoke(app, ["config"], env={"COPILOT_ANSWER_HISTORY": "-1"})
     assert result.exit_code == 2 and "answer_history" in result.output
+
+
+@pytest.mark.parametrize("command", ["latency", "policy", "answers", "retrieval", "cases"])
+def test_an_eval_with_a_bad_questions_file_exits_2_with_the_reason(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)  # short relative paths: the error box does not fold them
+    extra = ["--out", "cases.json"] if command == "cases" else []
+    def said(result):  # the error box's text on one line
+        return re.sub(r"[│╭╮╰╯─\s]+", " ", result.output)
+
+    result = runner.invoke(app, ["eval", command, "--questions", "missing.jsonl", *extra])
+    assert result.exit_code == 2 and "does not exist" in said(result)
+    (tmp_path / "bad.jsonl").write_text('{"id": "q1", "question": "what broke?"}\n{"id": "q2"}\n')
+    result = runner.invoke(app, ["eval", command, "--questions", "bad.jsonl", "--corpus", ".", *extra])
+    assert result.exit_code == 2 and "bad.jsonl:2: not a question record" in said(result)
 
 
 @pytest.mark.slow
