@@ -154,25 +154,19 @@ class ReplayedQuestion:
     calibrated_share: float
 
 
-def _engine(target: Target, costs: CostModel, config: EngineConfig) -> SpeculativeEngine:
-    return SpeculativeEngine(ReplayTarget(target), config=config, costs=costs)
-
-
-def _shares(engine: SpeculativeEngine, answers: Sequence[Recorded], bounds: Sequence[float], costs: CostModel,
-            budget: Budget, repeats: int) -> list[float]:
-    """Each answer's policy share (the mean over ``repeats`` replays), questions in order."""
-    target = engine.target
-    assert isinstance(target, ReplayTarget)
+def _shares(engine: SpeculativeEngine, target: ReplayTarget, answers: Sequence[Recorded], bounds: Sequence[float],
+            costs: CostModel, budget: Budget, repeats: int) -> list[float]:
+    """Each answer's policy share (the mean over ``repeats`` replays), questions in order, on ``engine``
+    over ``target``."""
     config = GenerationConfig(budget=budget, speculation=Speculation(drafting=DraftingMode.AUTO))
     shares = []
     for answer, speedup in zip(answers, bounds, strict=True):
         target.expect(answer.prompt_ids, answer.answer_ids)
+        plain = (len(answer.answer_ids) - 1) * costs.verify(1)
         got = []
         for _ in range(repeats):
             engine.core.prefix_cache.clear()
-            stats = engine.generate(answer.prompt_ids, config, answer.context_ids).stats
-            ms = schedule_ms(stats.gammas, costs)
-            plain = (len(answer.answer_ids) - 1) * costs.verify(1)
+            ms = schedule_ms(engine.generate(answer.prompt_ids, config, answer.context_ids).stats.gammas, costs)
             got.append(plain / ms / speedup if ms else 1.0)
         shares.append(statistics.mean(got))
     return shares
@@ -181,7 +175,7 @@ def _shares(engine: SpeculativeEngine, answers: Sequence[Recorded], bounds: Sequ
 def replay_policy(target: Target, answers: Sequence[Recorded], costs: CostModel, max_new_tokens: int,
                   loop_span: int = 0, config: EngineConfig | None = None, repeats: int = 2) -> dict:
     """Replay the adaptive policy (``config``'s, default the engine's) and the hindsight-calibrated
-    table over ``answers`` in order, each on a fresh engine over a :class:`ReplayTarget` of
+    table over ``answers`` in order, each on a fresh engine over one :class:`ReplayTarget` of
     ``target``, priced at ``costs`` (ms per pass over 1, 2, … new tokens), with the budget
     (``max_new_tokens``, ``loop_span``) the answers were recorded with.
 
@@ -198,7 +192,8 @@ def replay_policy(target: Target, answers: Sequence[Recorded], costs: CostModel,
         raise ValueError("no recorded answer of 2 tokens or more: nothing to replay")
     config = config or EngineConfig()
     gamma_max = len(costs.verify_ms) - 1
-    scout = _engine(target, costs, config)  # the n-gram drafter with the history the policy will have
+    replay_target = ReplayTarget(target)
+    scout = SpeculativeEngine(replay_target, config=config, costs=costs)  # its drafter: the policy's history
     drafter = next(d for d in scout.core.drafters if isinstance(d, NGramDrafter))
     positions: list[Position] = []
     bounds = []
@@ -209,11 +204,14 @@ def replay_policy(target: Target, answers: Sequence[Recorded], costs: CostModel,
         scout.core.remember(a.prompt_ids, a.answer_ids)
     states = state_acceptance(positions)
     budget = Budget(max_new_tokens=max_new_tokens, loop_span=loop_span)
-    adaptive = _shares(_engine(target, costs, config), answers, bounds, costs, budget, repeats)
-    frozen = _engine(target, costs, replace(config, policy=replace(config.policy, prior_strength=FROZEN)))
-    for state, acc in states.items():
-        frozen.core.acceptance.set_prior(state, acc["alpha_first"], acc["alpha_next"] or config.policy.prior_next)
-    calibrated = _shares(frozen, answers, bounds, costs, budget, repeats)
+    adaptive = _shares(SpeculativeEngine(replay_target, config=config, costs=costs), replay_target, answers, bounds,
+                       costs, budget, repeats)
+    frozen_config = replace(config, policy=replace(config.policy, prior_strength=FROZEN))
+    frozen = SpeculativeEngine(replay_target, config=frozen_config, costs=costs)
+    for state, acc in states.items():  # α_next is None for a state never accepted past its first token
+        alpha_next = acc["alpha_next"] if acc["alpha_next"] is not None else config.policy.prior_next
+        frozen.core.acceptance.set_prior(state, acc["alpha_first"], alpha_next)
+    calibrated = _shares(frozen, replay_target, answers, bounds, costs, budget, repeats)
     rows = [ReplayedQuestion(a.id, len(a.answer_ids), round(b, 3), round(p, 3), round(c, 3))
             for a, b, p, c in zip(answers, bounds, adaptive, calibrated, strict=True)]
     med = statistics.median
