@@ -3,7 +3,7 @@
 A :class:`Batch` holds running requests of one engine (:class:`~decoding.request.RequestState`).
 :meth:`Batch.add` admits one: into an idle batch its prefill runs at once, in the target's largest
 runs; while others decode it is prefilled one chunk per round (chunked prefill on the target's fixed
-boundaries, :attr:`~decoding.backends.target.Target.prefill_chunk`), so the admitted streams keep
+boundaries, :meth:`~decoding.backends.target.Target.chunk_ends`), so the admitted streams keep
 getting tokens while a newcomer prefills, and what is left of it once they end goes in at once.
 :meth:`Batch.step` runs one round for all: plan → propose → verify → commit. Each request plans
 (:mod:`decoding.planning.round`; alone: its own policy; in a batch: γ per request from the batch's

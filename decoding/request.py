@@ -189,8 +189,8 @@ class RequestState:
         self.stats.prefix_reused_tokens = reuse.tokens
 
     def prefill_chunk(self, rest: bool = False) -> StreamEvent | None:
-        """Prefill the prompt's next chunk, up to the next multiple of the target's
-        :attr:`~decoding.backends.target.Target.prefill_chunk` (the same boundaries however the
+        """Prefill the prompt's next chunk, up to the next of the target's
+        :meth:`~decoding.backends.target.Target.chunk_ends` (the same boundaries however the
         prefill is spread over rounds), or with ``rest`` all of it that is left (the target keeps
         those boundaries inside the call); after the last chunk choose the first token and start
         the drafters. Returns the first token's event then, ``None`` before (and an empty
@@ -199,8 +199,8 @@ class RequestState:
             return StreamEvent("")
         target, stats = self.core.target, self.stats
         if self._prompt_logits is None:  # else the whole prompt was reused (core.prefix_cache)
-            chunk = target.prefill_chunk
-            end = len(self.prompt) if rest else min(len(self.prompt), (self._prefilled // chunk + 1) * chunk)
+            ends = target.chunk_ends(len(self.prompt))
+            end = ends[-1] if rest else next(e for e in ends if e > self._prefilled)
             logits = target.prefill(self.prompt[self._prefilled:end], self._cache)
             self._prefilled = end
             if end < len(self.prompt):

@@ -39,6 +39,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 
 from decoding import Budget, DraftingMode, GenerationConfig, Sampling, Speculation, SpeculativeEngine
@@ -177,6 +178,22 @@ def library_greedy(target: Target, prompt_ids: list[int], max_new_tokens: int) -
         if token in eos or len(out) >= max_new_tokens:
             break
     return out
+
+
+def library_prompt_logits(target: LlamaCppModel, prompt_ids: list[int]) -> torch.Tensor:
+    """The logits of ``prompt_ids``' last position as llama-cpp-python's own ``Llama.eval`` leaves
+    them (its default batch, the last row's logits only, as ``Llama.generate`` asks), float32
+    ``(vocab,)``: to hold :meth:`LlamaCppModel.prefill <decoding.backends.llamacpp.LlamaCppModel.prefill>`
+    to, bit for bit."""
+    import llama_cpp
+
+    from evals.llamacpp_anchor import anchor
+
+    llm = anchor(target, None, len(prompt_ids) + 1)
+    llm.reset()
+    llm.eval(prompt_ids)
+    row = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return torch.from_numpy(np.ctypeslib.as_array(row, shape=(target.vocab_size,)).copy())
 
 
 def reference(engine: SpeculativeEngine, prompt_ids: list[int], max_new_tokens: int, loop_span: int = 0,

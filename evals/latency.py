@@ -58,9 +58,6 @@ log = logging.getLogger(__name__)
 HF_MODES = ("hf_greedy", "hf_pld_3", "hf_pld_5", "hf_pld_10", "hf_assisted")
 KERNEL_MATCHED_MODES = ("hf_pld_5_fk", "hf_pld_10_fk")  # opt-in: see the module docstring
 OUR_MODES = ("ours_off", "ours_ngram", "ours_draft_model", "ours_auto")
-#: The prefill a served TTFT is held against where it was timed: llama.cpp's own ``Llama.generate``
-#: at its default batch (what its users get), else the report's baseline.
-TTFT_ANCHOR = "llamacpp_greedy_default"
 DRAFT_MODEL_MODES = ("hf_assisted", "ours_draft_model")  # need a draft model
 NO_DRAFT_REASON = "no draft model is configured (set COPILOT_DRAFT_MODEL or pass --draft-model)"
 # Who proposed the anchors' accepted tokens (the rest, one per forward pass, are the target's).
@@ -353,7 +350,7 @@ def run_latency(engine: SpeculativeEngine, cases: list[Case], max_new_tokens: in
     Returns:
         JSON-able dict; top-level keys ``speedup`` ({mode: {"median", "min"}}, decode
         phase), ``speedup_e2e``, ``tau``, ``alpha``, ``tokens_per_s``, ``ttft_ms``, ``ttft_ratio``
-        (:func:`ttft_ratios`, over :data:`TTFT_ANCHOR` where it ran),
+        (:func:`ttft_ratios`, over the baseline),
         ``itl_ms``, ``exact_vs_greedy`` (runs whose ids equal hf_greedy's, both cut by the
         stops), ``loop_stopped`` (runs ending with ``"repetition"``), ``loop_cut_tokens``
         (ids generated then cut away), ``runs`` (per mode: questions × repeats),
@@ -458,7 +455,7 @@ def summarize(runs: dict[str, dict[str, list[Run]]], cases: list[Case], baseline
     for mode, by_q in runs.items():
         for key, value in _mode_summary(mode, by_q, base, per_question).items():
             out[key][mode] = value
-    out["ttft_ratio"] = ttft_ratios(per_question, TTFT_ANCHOR if TTFT_ANCHOR in runs else baseline)
+    out["ttft_ratio"] = ttft_ratios(per_question, baseline)
     out["memory"] = _memory()
     out["per_question"] = per_question
     out["modes"] = list(runs)

@@ -5,10 +5,10 @@ sgemm, or with it for calls of 8+ rows only: ``OPSCOPILOT_LLAMAFILE=gated``); a 
 is installed, is timed apart (:mod:`evals.stock_anchor`).
 
 ``llamacpp_greedy`` is llama-cpp-python's high-level ``Llama.generate(temp=0)`` on the very
-GGUF our llama.cpp backend runs, with its threads, prefilling in our 64-token chunks (the
-same-chunk reference: its tokens are the backend's greedy ones); ``llamacpp_greedy_default``
-the same with ``Llama()``'s own batch (512 tokens a ``llama_decode``: what its users get, whose
-prefill may round differently); ``llamacpp_pld_N`` adds its prompt lookup
+GGUF our llama.cpp backend runs, with its threads and ``Llama()``'s own batch (512 tokens a
+``llama_decode``: what its users get). Its tokens are the backend's greedy ones: our prefill puts
+every position through the kernels llama.cpp's batches do
+(:func:`~decoding.backends.llamacpp.chunk_ends`). ``llamacpp_pld_N`` adds its prompt lookup
 (``LlamaPromptLookupDecoding(num_pred_tokens=N)``: drafts from the prompt, verified in one
 ``llama_decode``; it keeps the logits of every position, the prompt's included, which its
 TTFT pays for). Each mode keeps one ``Llama`` (memory-mapped: the weights' pages are
@@ -29,10 +29,9 @@ from typing import Any, Iterator
 from decoding.backends.llamacpp import LlamaCppModel
 from evals.stock_anchor import STOCK_MODE, generate_stock
 
-LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_greedy_default", "llamacpp_pld_2", "llamacpp_pld_10",
-                  STOCK_MODE)
+LLAMACPP_MODES = ("llamacpp_greedy", "llamacpp_pld_2", "llamacpp_pld_10", STOCK_MODE)
 
-_ANCHORS: dict[tuple[str, int | None, bool], Any] = {}
+_ANCHORS: dict[tuple[str, int | None], Any] = {}
 
 
 @atexit.register
@@ -43,16 +42,15 @@ def _close_all() -> None:
     _ANCHORS.clear()
 
 
-def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int, default_batch: bool = False) -> Any:
-    """The ``llama_cpp.Llama`` over ``target``'s GGUF and threads (prompt lookup of
-    ``pld_tokens`` when given; ``Llama()``'s own batch size with ``default_batch``, else our prefill
-    chunk), made once per (file, lookup, batch) with a context of at least ``n_ctx`` tokens (remade
-    larger when a longer prompt comes)."""
+def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int) -> Any:
+    """The ``llama_cpp.Llama`` over ``target``'s GGUF and threads (prompt lookup of ``pld_tokens``
+    when given; ``Llama()``'s own batch size), made once per (file, lookup) with a context of at
+    least ``n_ctx`` tokens (remade larger when a longer prompt comes)."""
     import llama_cpp
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    key = (str(target.gguf), pld_tokens, default_batch)
+    key = (str(target.gguf), pld_tokens)
     llm = _ANCHORS.get(key)
     if llm is None or llm.n_ctx() < n_ctx:
         draft = LlamaPromptLookupDecoding(num_pred_tokens=pld_tokens) if pld_tokens else None
@@ -63,9 +61,7 @@ def anchor(target: LlamaCppModel, pld_tokens: int | None, n_ctx: int, default_ba
             llm = Llama(str(target.gguf), n_ctx=max(n_ctx, 2048), n_threads=target.options.n_threads,
                         n_threads_batch=target.options.n_threads, flash_attn=target.flash_attn,
                         type_k=kv_type, type_v=kv_type,
-                        draft_model=draft, logits_all=draft is not None, verbose=False,
-                        **({} if default_batch else {"n_batch": target.prefill_chunk,
-                                                     "n_ubatch": target.prefill_chunk}))
+                        draft_model=draft, logits_all=draft is not None, verbose=False)
         _ANCHORS[key] = llm
     return llm
 
@@ -108,7 +104,7 @@ def generate_timed(target: LlamaCppModel, mode: str, prompt_ids: list[int], budg
     eos = set(target.eos_token_ids())
     if mode == STOCK_MODE:
         return generate_stock(target.gguf, target.options.n_threads, prompt_ids, budget, eos)
-    llm = anchor(target, pld_tokens(mode), len(prompt_ids) + budget + 16, default_batch=mode.endswith("_default"))
+    llm = anchor(target, pld_tokens(mode), len(prompt_ids) + budget + 16)
     return timed_greedy(llm, prompt_ids, budget, eos)
 
 

@@ -90,7 +90,7 @@ class ReplayTarget:
     def __init__(self, target: Target) -> None:
         self.name, self.tokenizer = f"replay of {target.name}", target.tokenizer
         self.model_type, self.max_positions = target.model_type, target.max_positions
-        self.vocab_size, self.prefill_chunk = target.vocab_size, target.prefill_chunk
+        self.vocab_size, self.chunk_ends = target.vocab_size, target.chunk_ends
         self._eos = target.eos_token_ids() or (0,)
         self._prompt: list[int] = []
         self._answer: list[int] = []

@@ -5,10 +5,11 @@ r"""Is a prompt's prefill bitwise the same in 64-token chunks and in larger runs
 Loads the default target (the embedded Qwen2.5-Coder 1.5B GGUF on llama.cpp, 2 threads) once per
 prefill chunk size (64, 128, 256, 512 tokens: every run starts at position 0, so its boundaries are
 multiples of 64) and prefills the same prompts (the long-record set's text, cut to each ``--tokens``
-length; 580 = 9 x 64 + 4 ends in a chunk of under 8 rows, where ggml switches kernels). The reference
-is a call per 64-token chunk (how a batch prefills a newcomer); with 64 the prompt is also prefilled
-in one call (the service's lone request: whole chunks in runs of up to ``--runs`` tokens each, llama.cpp's
-micro-batch, the last partial chunk alone), with the larger sizes in one call of that size's chunks.
+length; 580 = 9 x 64 + 4 ends 4 tokens past a chunk boundary, where ggml would switch kernels if they ran
+alone). The reference is a call per chunk of :func:`~decoding.backends.llamacpp.chunk_ends` (how a batch
+prefills a newcomer); with 64 the prompt is also prefilled in one call (the service's lone request: the
+chunks in runs of up to ``--runs`` tokens each, llama.cpp's micro-batch), with the larger sizes in one call
+of that size's chunks.
 Each run then takes 8 greedy one-token steps, which read the whole KV cache. Reported per run: prefill
 tokens/s, and whether the logits of the last prompt position and of the 8 steps are bitwise the
 reference's (the first that differs, and the largest difference). A benchmark: run it alone.
@@ -56,8 +57,9 @@ def run(lengths: list[int], chunks: list[int], threads: int, runs: list[int]) ->
                 cache = model.new_cache(n + STEPS + 1)
                 started = time.perf_counter()
                 if way == "by chunk":  # the reference: a call per chunk, as a batch prefills a newcomer
-                    for start in range(0, n, chunk):
-                        last = model.prefill(ids[start:min(n, start + chunk)], cache)
+                    ends = model.chunk_ends(n)
+                    for start, end in zip([0, *ends], ends):
+                        last = model.prefill(ids[start:end], cache)
                 else:  # one call: whole chunks in runs of up to prefill_run, as a lone request
                     last = model.prefill(ids[:n], cache)
                 seconds = time.perf_counter() - started

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from decoding import Budget, GenerationConfig, Speculation, SpeculativeEngine
+from decoding.backends.llamacpp import chunk_ends
 from decoding.core import EngineConfig
 from decoding.kv.prefix_cache import PrefixCache, common_prefix, reusable_tokens
 from decoding.planning.policy import CostModel
@@ -20,12 +21,17 @@ FLAT = CostModel(verify_ms=(1.0,) * 9)
 
 def test_only_whole_prefill_chunks_short_of_the_last_token_are_reusable():
     parked = list(range(200))
-    assert reusable_tokens(parked, parked, 64) == 200  # the same prompt: all, with its stored logits
-    assert reusable_tokens(parked[:130] + [999] * 50, parked, 64) == 128
-    assert reusable_tokens(parked[:63] + [999], parked, 64) == 0
-    assert reusable_tokens(parked[:128], parked, 64) == 64  # a prefix of it: its last token is prefilled
-    assert reusable_tokens(parked + [1, 2], parked, 64) == 192  # longer: the parked tail chunk was partial
-    assert reusable_tokens(parked[:150], parked, 10_000) == 0  # torch: a prompt is one forward
+
+    def reusable(prompt: list[int]) -> int:
+        return reusable_tokens(prompt, parked, chunk_ends(len(prompt)))
+
+    assert reusable(parked) == 200  # the same prompt: all, with its stored logits
+    assert reusable(parked[:130] + [999] * 50) == 128
+    assert reusable(parked[:63] + [999]) == 0
+    assert reusable(parked[:128]) == 64  # a prefix of it: its last token is prefilled
+    assert reusable(parked + [999] * 20) == 192  # longer: the parked tail chunk was partial
+    assert reusable(parked[:196] + [999]) == 128  # its 5-token tail joins [128, 192), prefilled with it
+    assert reusable_tokens(parked[:150], parked, [150]) == 0  # torch: a prompt is one forward
     assert common_prefix([1, 2, 3], [1, 2, 4]) == 2 and common_prefix([], [1]) == 0
 
 

@@ -8,12 +8,14 @@ the Qwen2.5-Coder 0.5B, 1.12 GB for the 1.5B) and every matrix product is the fi
 - one ``llama_context`` with ``n_seq_max`` sequences, each with a KV stream of its own
   (``kv_unified = false``); a request's KV cache is one sequence id (:class:`LlamaSequence`),
   so its cells sit at the same indices whether it decodes alone or in a batch;
-- :meth:`~LlamaCppModel.prefill` decodes the prompt on the boundaries of :data:`PREFILL_CHUNK`-token
-  chunks — they depend on the prompt alone, so an answer is the same whether the prompt is
-  prefilled in one call or chunk by chunk between a batch's decode rounds (chunked prefill,
-  Agrawal et al., OSDI 2024 "Sarathi-Serve"); a call that brings several whole chunks decodes them
-  together, up to :data:`PREFILL_RUN` tokens, the prompt's last partial chunk with them from 8 rows
-  (measured bitwise the same), and it asks for the last position's logits only;
+- :meth:`~LlamaCppModel.prefill` decodes the prompt on the boundaries of :func:`chunk_ends`
+  (:data:`PREFILL_CHUNK`-token chunks) — they depend on the prompt alone, so an answer is the same
+  whether the prompt is prefilled in one call or chunk by chunk between a batch's decode rounds
+  (chunked prefill, Agrawal et al., OSDI 2024 "Sarathi-Serve"); a call that brings several chunks
+  decodes them together, up to :data:`PREFILL_RUN` tokens (:func:`prefill_runs`, measured bitwise the
+  same), and it asks for the last position's logits only. Which positions go through ggml's few-row
+  kernels is what llama.cpp's own ``Llama.generate`` decides at its default batch, so its greedy text
+  is ours on every prompt;
 - :meth:`~LlamaCppModel.forward` puts every request's new tokens into one ``llama_batch``,
   each with its own sequence id and positions, and asks for logits at exactly those positions
   (the verification rows); the sequences' cells are masked from each other;
@@ -55,17 +57,16 @@ log = logging.getLogger(__name__)
 #: ``Llama`` default, so its ``generate()`` prefills on the same boundaries.
 N_BATCH = 512
 
-#: Tokens per prefill ``llama_decode`` (the fixed chunk boundary, :attr:`Target.prefill_chunk
-#: <decoding.backends.target.Target.prefill_chunk>`). Small, so that a newcomer's prefill, run a chunk per
-#: decode round in a batch, delays the admitted streams by about one chunk (1.0 s for the 1.5B on
-#: 2 cores) rather than by its whole prompt; prefill throughput there: 61 tokens/s at 64 against
-#: 74 at 512 (evals/results/README.md, "Chunked prefill").
+#: Tokens per prefill ``llama_decode`` (the fixed chunk boundary, :func:`chunk_ends`). Small, so that a
+#: newcomer's prefill, run a chunk per decode round in a batch, delays the admitted streams by about one
+#: chunk (1.0 s for the 1.5B on 2 cores) rather than by its whole prompt; prefill throughput there:
+#: 61 tokens/s at 64 against 74 at 512 (evals/results/README.md, "Chunked prefill").
 PREFILL_CHUNK = 64
 
-#: Most tokens one prefill ``llama_decode`` takes when a call brings several whole chunks (a lone
-#: request's prompt, or the rest of a newcomer's once nothing else decodes): whole chunks merged, and the
-#: prompt's last partial chunk with them from 8 rows (a chunk of under 8 rows takes ggml's few-row kernels, so
-#: it is decoded alone, as chunk by chunk); also llama.cpp's micro-batch, which sizes its compute buffer
+#: Most tokens one prefill ``llama_decode`` takes when a call brings several chunks (a lone request's
+#: prompt, or the rest of a newcomer's once nothing else decodes): the chunks merged (:func:`prefill_runs`;
+#: a chunk of under 8 rows takes ggml's few-row kernels, so it is decoded alone, as chunk by chunk); also
+#: llama.cpp's micro-batch, which sizes its compute buffer
 #: (resident as far as a run writes it). Measured bitwise the same as chunk by chunk (the logits of the last
 #: prompt position and of the 8 greedy steps after it, prompts of 300 to 1,600 tokens, the 1.5B on an AMD EPYC
 #: with AVX-512, 2 threads) in runs of 128, 256 and 512, with and without flash attention, with f16 and q8_0
@@ -89,6 +90,45 @@ TILED_MIN_ROWS = 8
 #: 7-row one 3.1 on 2 AMD EPYC cores, evals/results/README.md "Verification passes of 2–7 rows").
 #: A larger pass is run as consecutive passes of at most this many tokens.
 MAX_PASS_ROWS = TILED_MIN_ROWS - 1
+
+def chunk_ends(length: int, chunk: int = PREFILL_CHUNK, run: int = PREFILL_RUN) -> list[int]:
+    """Where a ``length``-token prompt's prefill chunks end, ascending, the last at ``length``: the
+    multiples of ``chunk`` below it, except that a last chunk of fewer than :data:`TILED_MIN_ROWS` tokens
+    joins the one before it (when the two fit one run of ``run`` tokens) unless it starts at a multiple
+    of :data:`N_BATCH`.
+
+    That is where ``Llama.generate`` at its default batch puts a prompt's rows: in ``llama_decode`` calls
+    of :data:`N_BATCH` tokens from position 0, so only a last batch of 1–7 tokens takes ggml's few-row
+    kernels, whose sums differ from the tiled kernels' (which give the same bits however many rows a call
+    holds, measured: see :data:`PREFILL_RUN`). A prefill call, a chunk of a batch's chunked prefill
+    and a reused prefix (:mod:`decoding.kv.prefix_cache`) all end on these positions, so every position
+    takes the same kernels as in llama.cpp's own greedy, however the prefill is spread.
+    E.g. 580 tokens end at 64, 128, ..., 512, 580 (the 4 tokens after 576 join [512, 576)); 516 at
+    64, ..., 512, 516.
+    """
+    ends = list(range(chunk, length, chunk))
+    if ends and length - ends[-1] < TILED_MIN_ROWS and ends[-1] % N_BATCH \
+            and length - (ends[-2] if len(ends) > 1 else 0) <= run:
+        ends.pop()
+    return ends + [length]
+
+
+def prefill_runs(start: int, ends: Sequence[int], run: int = PREFILL_RUN) -> list[tuple[int, int]]:
+    """The ``llama_decode`` calls ``(first, end)`` (positions, end exclusive) that prefill from position
+    ``start`` to ``ends[-1]``: consecutive chunks of ``ends`` (:func:`chunk_ends`; the first from ``start``,
+    which may lie inside a chunk) merged while a call holds at most ``run`` tokens; a chunk of fewer than
+    :data:`TILED_MIN_ROWS` tokens is a call of its own, as when prefilled chunk by chunk."""
+    calls: list[tuple[int, int]] = []
+    first = start
+    for end in (e for e in ends if e > start):
+        if calls and end - calls[-1][0] <= run and end - first >= TILED_MIN_ROWS \
+                and calls[-1][1] - calls[-1][0] >= TILED_MIN_ROWS:
+            calls[-1] = (calls[-1][0], end)
+        else:
+            calls.append((first, end))
+        first = end
+    return calls
+
 
 #: The entry llama.cpp's system info lists (``FA_ROWWISE = 1``) when its CPU backend carries the build's
 #: row-wise flash attention (``scripts/patches/llama-cpp-flash-attn-rows.patch``): every query row is
@@ -221,9 +261,12 @@ class LlamaCppOptions:
         repack: the weights in ggml's repacked layout (``use_extra_bufts``; off: its kernel for
             4+ rows sums differently from its one-row kernel, so verification would not be
             bitwise the one-token steps).
-        prefill_chunk: tokens per prefill step (1..:data:`N_BATCH`), the fixed boundary.
+        prefill_chunk: tokens per prefill step, the fixed boundary (:func:`chunk_ends`): a divisor of
+            :data:`N_BATCH` from :data:`TILED_MIN_ROWS` (8, 16, ..., 512), so that llama.cpp's own batches
+            end on chunk boundaries and a whole chunk never takes the few-row kernels.
         prefill_run: most tokens one prefill ``llama_decode`` takes (``prefill_chunk``..:data:`N_BATCH`),
-            also llama.cpp's micro-batch (``n_ubatch``), which sizes its compute buffer.
+            also llama.cpp's micro-batch (``n_ubatch``), which sizes its compute buffer; from
+            ``prefill_chunk + 7`` a short last chunk can join the one before it, as in ``Llama.generate``.
     """
 
     n_threads: int = 2
@@ -273,9 +316,9 @@ class LlamaCppModel:
     def __init__(self, gguf: Path, tokenizer: PreTrainedTokenizerBase, name: str,
                  options: LlamaCppOptions = LlamaCppOptions()) -> None:
         n_threads, n_seq_max, prefill_chunk = options.n_threads, options.n_seq_max, options.prefill_chunk
-        if not 1 <= prefill_chunk <= options.prefill_run <= N_BATCH:
-            raise ValueError(f"need 1 <= prefill_chunk <= prefill_run <= {N_BATCH} tokens, got "
-                             f"{prefill_chunk} and {options.prefill_run}")
+        if not (TILED_MIN_ROWS <= prefill_chunk <= options.prefill_run <= N_BATCH and N_BATCH % prefill_chunk == 0):
+            raise ValueError(f"need {TILED_MIN_ROWS} <= prefill_chunk <= prefill_run <= {N_BATCH} tokens, with "
+                             f"prefill_chunk a divisor of {N_BATCH}; got {prefill_chunk} and {options.prefill_run}")
         self.prefill_chunk = prefill_chunk
         lib = self._lib = llama_lib()
         self.flash_attn = _flash_attn(options.flash_attn)
@@ -359,9 +402,15 @@ class LlamaCppModel:
         seq.finalizer = weakref.finalize(seq, self._free_sequence, seq.seq_id)
         return seq
 
+    def chunk_ends(self, length: int) -> list[int]:
+        """Where a ``length``-token prompt's prefill chunks end (:func:`chunk_ends` with this model's
+        chunk and run)."""
+        return chunk_ends(length, self.prefill_chunk, self.options.prefill_run)
+
     def prefill(self, prompt_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
-        """Decode ``prompt_ids`` into ``cache`` after the positions it holds, in chunks that end
-        at multiples of :attr:`prefill_chunk`; float32 logits ``(vocab,)`` of the last position.
+        """Decode ``prompt_ids`` into ``cache`` after the positions it holds, in the runs of
+        :func:`prefill_runs` over the chunks of :meth:`chunk_ends` (the call must end on one of the
+        prompt's chunk ends, or at the prompt's end); float32 logits ``(vocab,)`` of the last position.
 
         Raises:
             ValueError: no tokens, or past the window.
@@ -369,26 +418,12 @@ class LlamaCppModel:
         ids, seq = [int(t) for t in prompt_ids], _sequence(cache)
         if not ids or seq.length + len(ids) > self.max_positions:
             raise ValueError(f"a prefill takes 1..{self.max_positions - seq.length} tokens here, got {len(ids)}")
+        start, end = seq.length, seq.length + len(ids)
         with self._lock:
-            start = 0
-            while start < len(ids):
-                end = start + self._run_length(seq.length, len(ids) - start)
-                chunk = ids[start:end]
-                self._decode([(chunk, seq, len(chunk) - 1 if end == len(ids) else len(chunk))])
-                start = end
-            return self._logits(len(chunk) - 1)
-
-    def _run_length(self, length: int, left: int) -> int:
-        """Tokens of the next prefill ``llama_decode`` for a sequence of ``length`` positions with ``left``
-        prompt tokens to go: up to the next chunk boundary; from a boundary, as many whole chunks as
-        ``options.prefill_run`` holds (at least one), the prompt's last, partial chunk with them when it fits and
-        has :data:`TILED_MIN_ROWS` rows or more (alone it would take the same kernels), else alone."""
-        chunk, run = self.prefill_chunk, self.options.prefill_run
-        if length % chunk or left <= chunk:
-            return min(left, chunk - length % chunk)
-        if left <= run and left % chunk >= TILED_MIN_ROWS:
-            return left
-        return max(chunk, min(left // chunk * chunk, run // chunk * chunk))
+            for first, last in prefill_runs(start, self.chunk_ends(end), self.options.prefill_run):
+                rows = last - first
+                self._decode([(ids[first - start:last - start], seq, rows - 1 if last == end else rows)])
+            return self._logits(rows - 1)
 
     def forward(self, rows: Sequence[tuple[Sequence[int], KVCache]]) -> list[torch.Tensor]:
         """One pass over every request's new tokens, logits at each of them: one ``llama_decode``
@@ -569,4 +604,5 @@ def embedded_gguf(model: "EmbeddedModel", cache_dir: Path) -> Path:
 
 
 __all__ = ["LlamaCppModel", "LlamaCppOptions", "LlamaCppUnavailable", "LlamaSequence", "available", "embedded_gguf",
-           "gguf_tokenizer", "load_llamacpp", "llama_lib", "KV_CACHE_TYPES", "N_BATCH", "PREFILL_CHUNK", "PREFILL_RUN"]
+           "gguf_tokenizer", "load_llamacpp", "llama_lib", "chunk_ends", "prefill_runs", "KV_CACHE_TYPES", "N_BATCH",
+           "PREFILL_CHUNK", "PREFILL_RUN"]

@@ -106,11 +106,10 @@ class LoadedModel:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
-    @property
-    def prefill_chunk(self) -> int:
-        """The whole window: a prompt is one forward, as in transformers ``generate()`` (the
-        exactness reference on this backend), so a batch never splits a torch prefill."""
-        return self.max_positions
+    def chunk_ends(self, length: int) -> list[int]:
+        """``[length]``: a prompt is one forward, as in transformers ``generate()`` (the exactness
+        reference on this backend), so a batch never splits a torch prefill."""
+        return [length]
 
     def eos_token_ids(self) -> tuple[int, ...]:
         """EOS ids from the generation config (int or list), else the tokenizer's; may be empty."""

@@ -88,17 +88,16 @@ class Target(Protocol):
         """
         ...
 
-    @property
-    def prefill_chunk(self) -> int:
-        """Tokens per prefill step (the fixed chunk boundary): a prefill runs in chunks ending at
-        multiples of it, counted from position 0, whether one call runs the whole prompt or a
-        batch runs it chunk by chunk between decode rounds, so the KV cache (and the answer) is
-        the same either way."""
+    def chunk_ends(self, length: int) -> list[int]:
+        """Where a ``length``-token prompt's prefill chunks end (positions, ascending, the last is
+        ``length``): fixed by the prompt's length alone, so whether one call runs the whole prompt, a
+        batch runs it chunk by chunk between decode rounds, or a request reuses a parked prefix up to
+        one of them, the KV cache (and the answer) is the same."""
         ...
 
     def prefill(self, prompt_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
         """Run ``prompt_ids`` into ``cache`` after the positions it holds (empty, or the chunks
-        of the same prompt before them), on :attr:`prefill_chunk` boundaries; the last
+        of the same prompt before them), on :meth:`chunk_ends` boundaries; the last
         position's logits ``(vocab,)``."""
         ...
 

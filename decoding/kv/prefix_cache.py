@@ -7,9 +7,9 @@ logits. A new request takes the parked prompt it can reuse most of:
 - the **same prompt** (a question asked again): every position is reused and the stored
   logits give the first token, so nothing is prefilled — a memo of the same computation;
 - a prompt that **shares a prefix** (the instruction block, a conversation's earlier turns):
-  positions ``[0, P)`` are copied, where ``P`` is the common prefix rounded down to the
-  target's fixed prefill boundary (:attr:`Target.prefill_chunk <decoding.backends.target.Target.prefill_chunk>`)
-  and short of the prompt's last token. Each reused chunk was prefilled over the same tokens
+  positions ``[0, P)`` are copied, where ``P`` is the common prefix rounded down to one of the
+  new prompt's prefill chunk ends (:meth:`Target.chunk_ends <decoding.backends.target.Target.chunk_ends>`)
+  short of its last token. Each reused chunk was prefilled over the same tokens
   on the same boundaries, so its keys and values are the ones a fresh prefill computes; the
   rest of the prompt is prefilled from ``P`` on the same boundaries as ever. Positions the
   parked request generated (verification passes, other matrix shapes) are never reused.
@@ -87,15 +87,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def reusable_tokens(prompt: Sequence[int], parked: Sequence[int], chunk: int) -> int:
+def reusable_tokens(prompt: Sequence[int], parked: Sequence[int], chunk_ends: Sequence[int]) -> int:
     """Positions of ``parked``'s prefill a request with ``prompt`` may reuse exactly: all of
-    them for the same prompt, else the common prefix rounded down to a multiple of ``chunk``
-    (the fixed prefill boundary) and short of the prompt's last token (whose logits the
-    request needs)."""
+    them for the same prompt, else the common prefix rounded down to one of ``prompt``'s prefill
+    ``chunk_ends`` (:meth:`~decoding.backends.target.Target.chunk_ends`) and short of the prompt's
+    last token (whose logits the request needs); 0 when none fits."""
     if tuple(prompt) == tuple(parked):
         return len(prompt)
     shared = min(common_prefix(prompt, parked), len(prompt) - 1)
-    return shared // chunk * chunk
+    return max((end for end in chunk_ends if end <= shared), default=0)
 
 
 class PrefixCache:
@@ -121,11 +121,11 @@ class PrefixCache:
         Raises:
             RuntimeError: the target has no room for another cache even with nothing parked.
         """
-        chunk = self.target.prefill_chunk
+        ends = self.target.chunk_ends(len(prompt))
         best, best_tokens = None, 0
         for entry in self.entries:
             if entry.partition == partition:
-                tokens = reusable_tokens(prompt, entry.prompt, chunk)
+                tokens = reusable_tokens(prompt, entry.prompt, ends)
                 if tokens > best_tokens:
                     best, best_tokens = entry, tokens
         if best is None:
