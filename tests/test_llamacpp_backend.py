@@ -309,7 +309,7 @@ def test_a_newcomer_is_prefilled_a_chunk_per_round_while_the_admitted_stream_dec
     """Chunked prefill: the admitted request gets a block every round while the newcomer's
     prompt goes in chunk by chunk; both answers are still the backend's greedy."""
     (first, first_ctx), (second, second_ctx) = _prompts(qwen_engine.target)[:2]
-    chunks = -(-len(second) // qwen_engine.target.prefill_chunk)
+    chunks = len(qwen_engine.target.chunk_ends(len(second)))
     assert chunks >= 2
     config = GenerationConfig(budget=Budget(max_new_tokens=32))
     qwen_engine.core.prefix_cache.clear()  # both prefill their whole prompts
@@ -538,13 +538,12 @@ def test_a_prompt_sharing_whole_prefill_chunks_reuses_them_and_stays_exact(qwen_
     it prefills nothing. Both answers are the backend's greedy, solo and as a batch newcomer."""
     target, cache = qwen_engine.target, qwen_engine.core.prefix_cache
     prompt, contexts = _prompts(target)[1]
-    chunk = target.prefill_chunk
     half = prompt[:len(prompt) // 2]
     config = GenerationConfig(budget=Budget(max_new_tokens=32))
     cache.clear()
     qwen_engine.generate(half, GenerationConfig(budget=Budget(max_new_tokens=2)))
     shared = qwen_engine.generate(prompt, config, contexts)
-    assert shared.stats.prefix_reused_tokens == len(half) // chunk * chunk > 0
+    assert shared.stats.prefix_reused_tokens == max(e for e in target.chunk_ends(len(prompt)) if e <= len(half)) > 0
     assert shared.token_ids == references[1]
     again = qwen_engine.generate(prompt, config, contexts)
     assert again.stats.prefix_reused_tokens == len(prompt) and again.token_ids == references[1]

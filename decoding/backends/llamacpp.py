@@ -91,6 +91,7 @@ TILED_MIN_ROWS = 8
 #: A larger pass is run as consecutive passes of at most this many tokens.
 MAX_PASS_ROWS = TILED_MIN_ROWS - 1
 
+
 def chunk_ends(length: int, chunk: int = PREFILL_CHUNK, run: int = PREFILL_RUN) -> list[int]:
     """Where a ``length``-token prompt's prefill chunks end, ascending, the last at ``length``: the
     multiples of ``chunk`` below it, except that a last chunk of fewer than :data:`TILED_MIN_ROWS` tokens
