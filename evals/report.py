@@ -168,7 +168,7 @@ def _runs(report: dict) -> str:
 
 
 def _ttft_lines(report: dict) -> list[str]:
-    """Each mode's TTFT ÷ the TTFT anchor's on the same prompt (paired per question,
+    """Each mode's TTFT ÷ the baseline's on the same prompt (paired per question,
     :func:`evals.latency.ttft_ratios`), in one line; none for a report without it."""
     ratio = report.get("ttft_ratio") or {}
     modes = {m: r for m, r in ratio.get("modes", {}).items() if m != ratio.get("over")}

@@ -25,10 +25,13 @@ log = logging.getLogger(__name__)
 
 
 def run(sets: list[Path], tokens: int, controls: int) -> dict:
-    """The check (see the module docstring); the report.
+    """The check (see the module docstring) of each set folder (``questions.jsonl`` and ``corpus/``);
+    the report: counts, and a row per prompt (set, id, ``prompt_tokens``, ``short_tail``, the last two
+    chunk ends, and where checked ``logits_bitwise`` and ``greedy_identical``).
 
     Raises:
-        FileNotFoundError: a set without ``questions.jsonl`` or ``corpus/``.
+        FileNotFoundError: a set without ``questions.jsonl``.
+        SystemExit: the configured target does not run on llama.cpp.
     """
     import torch
 
@@ -80,6 +83,11 @@ def main() -> None:
     parser.add_argument("--controls", type=int, default=1, help="prompts without a short tail checked per set")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    for folder in args.sets:
+        if not (folder / "questions.jsonl").is_file() or not (folder / "corpus").is_dir():
+            parser.error(f"{folder}: a question set folder holds questions.jsonl and corpus/")
+    if args.tokens < 1 or args.controls < 0:
+        parser.error("--tokens must be 1 or more and --controls 0 or more")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     report = run(args.sets, args.tokens, args.controls)

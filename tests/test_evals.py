@@ -357,3 +357,16 @@ def test_retrieval_eval_on_sample_corpus(sample_service):
         assert 0.0 <= r["@1"] <= r["@5"] <= r["@10"] <= 1.0
     assert report["recall"]["hybrid"]["@10"] >= 0.8
     assert "hybrid" in retrieval_markdown(report)
+
+
+@pytest.mark.parametrize("argv, says", [(["--sets", "{tmp}"], "holds questions.jsonl and corpus/"),
+                                         (["--sets", "evals/data/site8", "--tokens", "0"], "--tokens must be 1")])
+def test_the_short_tail_check_refuses_a_folder_that_is_not_a_question_set(argv, says, tmp_path, monkeypatch, capsys):
+    from evals import short_tails
+
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    monkeypatch.setattr("sys.argv", ["short_tails", *argv, "--out", str(tmp_path / "out.json")])
+    with pytest.raises(SystemExit) as exit_info:
+        short_tails.main()
+    assert exit_info.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()

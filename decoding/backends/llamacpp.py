@@ -313,6 +313,12 @@ class LlamaCppModel:
 
     backend = "llama.cpp"
     generation_defaults: dict[str, object] = {}
+    #: The CPU: logits are CPU tensors.
+    device = torch.device("cpu")
+    #: The logits' dtype (the weights keep the GGUF's quantized types).
+    dtype = torch.float32
+    #: Several requests' rows share one ``llama_decode``.
+    packed = True
 
     def __init__(self, gguf: Path, tokenizer: PreTrainedTokenizerBase, name: str,
                  options: LlamaCppOptions = LlamaCppOptions()) -> None:
@@ -363,24 +369,9 @@ class LlamaCppModel:
 
     # -- what it is -----------------------------------------------------------------------
     @property
-    def device(self) -> torch.device:
-        """The CPU: logits are float32 CPU tensors."""
-        return torch.device("cpu")
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """float32, the logits' dtype (the weights keep the GGUF's quantized types)."""
-        return torch.float32
-
-    @property
     def vocab_size(self) -> int:
         """Rows of the LM head (``llama_vocab_n_tokens``)."""
         return self._n_vocab
-
-    @property
-    def packed(self) -> bool:
-        """Several requests' rows share one ``llama_decode``."""
-        return True
 
     def eos_token_ids(self) -> tuple[int, ...]:
         """Every end-of-generation id of the GGUF's vocabulary (``llama_vocab_is_eog``): what
