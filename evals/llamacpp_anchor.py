@@ -8,7 +8,8 @@ is installed, is timed apart (:mod:`evals.stock_anchor`).
 GGUF our llama.cpp backend runs, with its threads and ``Llama()``'s own batch (512 tokens a
 ``llama_decode``: what its users get). Its tokens are the backend's greedy ones: our prefill puts
 every position through the kernels llama.cpp's batches do
-(:func:`~decoding.backends.llamacpp.chunk_ends`). ``llamacpp_pld_N`` adds its prompt lookup
+(:func:`~decoding.backends.llamacpp.chunk_ends`, with the default prefill chunk and run).
+``llamacpp_pld_N`` adds its prompt lookup
 (``LlamaPromptLookupDecoding(num_pred_tokens=N)``: drafts from the prompt, verified in one
 ``llama_decode``; it keeps the logits of every position, the prompt's included, which its
 TTFT pays for). Each mode keeps one ``Llama`` (memory-mapped: the weights' pages are

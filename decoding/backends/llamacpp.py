@@ -15,7 +15,7 @@ the Qwen2.5-Coder 0.5B, 1.12 GB for the 1.5B) and every matrix product is the fi
   decodes them together, up to :data:`PREFILL_RUN` tokens (:func:`prefill_runs`, measured bitwise the
   same), and it asks for the last position's logits only. Which positions go through ggml's few-row
   kernels is what llama.cpp's own ``Llama.generate`` decides at its default batch, so its greedy text
-  is ours on every prompt;
+  is ours on every prompt (with the default chunk and run; see :func:`chunk_ends`);
 - :meth:`~LlamaCppModel.forward` puts every request's new tokens into one ``llama_batch``,
   each with its own sequence id and positions, and asks for logits at exactly those positions
   (the verification rows); the sequences' cells are masked from each other;
@@ -103,9 +103,11 @@ def chunk_ends(length: int, chunk: int = PREFILL_CHUNK, run: int = PREFILL_RUN) 
     kernels, whose sums differ from the tiled kernels' (which give the same bits however many rows a call
     holds, measured: see :data:`PREFILL_RUN`). A prefill call, a chunk of a batch's chunked prefill
     and a reused prefix (:mod:`decoding.kv.prefix_cache`) all end on these positions, so every position
-    takes the same kernels as in llama.cpp's own greedy, however the prefill is spread.
-    E.g. 580 tokens end at 64, 128, ..., 512, 580 (the 4 tokens after 576 join [512, 576)); 516 at
-    64, ..., 512, 516.
+    takes the same kernels as in llama.cpp's own greedy, however the prefill is spread. That needs
+    ``run >= chunk + 7`` (the defaults, 64 and 512, and any run of two chunks or more): with a smaller run
+    the tail cannot join and runs alone (still the same however the prefill is spread, but not
+    ``Llama.generate``'s bits). E.g. 580 tokens end at 64, 128, ..., 512, 580 (the 4 tokens after 576 join
+    [512, 576)); 516 at 64, ..., 512, 516.
     """
     ends = list(range(chunk, length, chunk))
     if ends and length - ends[-1] < TILED_MIN_ROWS and ends[-1] % N_BATCH \
@@ -401,8 +403,9 @@ class LlamaCppModel:
 
     def prefill(self, prompt_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
         """Decode ``prompt_ids`` into ``cache`` after the positions it holds, in the runs of
-        :func:`prefill_runs` over the chunks of :meth:`chunk_ends` (the call must end on one of the
-        prompt's chunk ends, or at the prompt's end); float32 logits ``(vocab,)`` of the last position.
+        :func:`prefill_runs` over the chunks of :meth:`chunk_ends` for a prompt that ends where the call
+        does (so a caller that splits a prompt, as a batch's chunked prefill does, splits it on the
+        whole prompt's chunk ends); float32 logits ``(vocab,)`` of the last position.
 
         Raises:
             ValueError: no tokens, or past the window.

@@ -9,9 +9,10 @@ logits. A new request takes the parked prompt it can reuse most of:
 - a prompt that **shares a prefix** (the instruction block, a conversation's earlier turns):
   positions ``[0, P)`` are copied, where ``P`` is the common prefix rounded down to one of the
   new prompt's prefill chunk ends (:meth:`Target.chunk_ends <decoding.backends.target.Target.chunk_ends>`)
-  short of its last token. Each reused chunk was prefilled over the same tokens
-  on the same boundaries, so its keys and values are the ones a fresh prefill computes; the
-  rest of the prompt is prefilled from ``P`` on the same boundaries as ever. Positions the
+  short of its last token. Each reused position was prefilled over the same tokens by the
+  same kind of call (on llama.cpp one of 8 rows or more, whose bits do not depend on the call's
+  size: :func:`~decoding.backends.llamacpp.chunk_ends`), so its keys and values are the ones a fresh
+  prefill computes; the rest of the prompt is prefilled from ``P`` on the same boundaries as ever. Positions the
   parked request generated (verification passes, other matrix shapes) are never reused.
   On torch a prefill is one forward over the whole prompt (``generate()``'s), so only the
   same prompt qualifies there.
