@@ -1,7 +1,8 @@
 """What every eval set's ``validate.py`` checks the same way: its corpus reads as the ingester reads
 it, its question files are JSON Lines of objects, and (the long-record sets site5 and site6) its
 questions follow one schema (:func:`check_questions`). Each finding is appended to ``errors``;
-:func:`report` prints the outcome and gives the exit code."""
+:func:`report` prints the outcome and gives the exit code; :func:`validate_set` is the whole check
+of a set with no rules of its own."""
 
 from __future__ import annotations
 
@@ -247,3 +248,16 @@ def report(name: str, summary: str, errors: list[str]) -> int:
         return 1
     print(f"{name} validation OK: " + summary)
     return 0
+
+
+def validate_set(folder: Path, rules: QuestionRules, doc_range: tuple[int, int]) -> int:
+    """The whole check of a set that needs nothing beyond :func:`load_corpus` and :func:`check_questions`
+    (``folder/corpus`` with ``doc_range`` documents, ``folder/questions.jsonl`` under ``rules``), reported
+    under the folder's name; the exit code (0 when it passes, else 1)."""
+    errors: list[str] = []
+    docs = load_corpus(folder / "corpus", doc_range, errors)
+    counts = check_questions(folder / "questions.jsonl", docs, rules, errors)
+    summary = (f"{len(docs)} documents; {sum(counts.kinds.values())} questions ("
+               + ", ".join(f"{k} {counts.kinds[k]}" for k in rules.min_per_kind)
+               + f"); names_real true: {counts.names_real}")
+    return report(folder.name, summary, errors)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
-from evals.set_checks import QuestionRules, check_questions
+from evals.set_checks import QuestionRules, check_questions, validate_set
 
 DOCS = {"elog/a.elog#1": "ran: systemctl restart xrootd on xg-01\n", "elog/a.elog#2": "disk swapped\n"}
 RULES = QuestionRules(r"t\d{2}", "t01", {"buried": 1, "unanswerable": 1}, question_range=(2, 3),
@@ -51,3 +53,19 @@ def test_report_gives_the_exit_code_and_says_every_finding(capsys):
     assert report("siteX", "3 documents", ["q1: span not in its source", "q2: unknown kind"]) == 1
     err = capsys.readouterr().err
     assert "siteX validation FAILED with 2 problem(s)" in err and "  - q2: unknown kind" in err
+
+
+def test_a_set_validates_whole_and_a_broken_copy_names_its_problem(tmp_path, capsys):
+    rules = QuestionRules(r"s8q\d{2,3}", "s8q01",
+                          {"buried": 4, "terse": 2, "final-fix": 3, "table": 2, "copy": 2, "unanswerable": 3},
+                          question_range=(14, 18), min_names_real=2)
+    site8 = Path(__file__).resolve().parents[1] / "evals" / "data" / "site8"
+    assert validate_set(site8, rules, (28, 40)) == 0
+    assert "site8 validation OK" in capsys.readouterr().out
+    broken = tmp_path / "site8"
+    shutil.copytree(site8, broken)
+    with (broken / "questions.jsonl").open("a") as f:
+        f.write('{"id": "s8q99", "question": "?"}\n')
+    assert validate_set(broken, rules, (28, 40)) == 1
+    assert "s8q99" in capsys.readouterr().err
+    assert (site8 / "questions.jsonl").read_text() != (broken / "questions.jsonl").read_text()

@@ -37,10 +37,7 @@ REPO = HERE.parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from evals.set_checks import QuestionRules, check_questions, load_corpus, report  # noqa: E402
-
-CORPUS = HERE / "corpus"
-QUESTIONS = HERE / "questions.jsonl"
+from evals.set_checks import QuestionRules, validate_set  # noqa: E402
 
 RULES = QuestionRules(r"s8q\d{2,3}", "s8q01",
                       {"buried": 4, "terse": 2, "final-fix": 3, "table": 2, "copy": 2, "unanswerable": 3},
@@ -49,13 +46,7 @@ DOC_RANGE = (28, 40)
 
 
 def main() -> int:
-    errors: list[str] = []
-    docs = load_corpus(CORPUS, DOC_RANGE, errors)
-    counts = check_questions(QUESTIONS, docs, RULES, errors)
-    summary = (f"{len(docs)} documents; {sum(counts.kinds.values())} questions ("
-               + ", ".join(f"{k} {counts.kinds[k]}" for k in RULES.min_per_kind)
-               + f"); names_real true: {counts.names_real}")
-    return report("site8", summary, errors)
+    return validate_set(HERE, RULES, DOC_RANGE)
 
 
 if __name__ == "__main__":
